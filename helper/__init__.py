@@ -1,0 +1,34 @@
+"""tuner's helper: a calibrated performance model of FSDP fine-tuning, and ``suggest_config``.
+
+Pure numpy/scipy: importing it never imports torch, optuna or transformers.
+
+Example:
+    >>> from helper import suggest_config, estimate_memory, predict_throughput
+    >>> round(estimate_memory("13b", 8, sharding="zero2")["static"], 2)
+    48.75
+    >>> cfg = suggest_config("7b", 32, "52k")
+    >>> sorted(k for k in cfg if k.startswith("nccl"))
+    ['nccl_algo', 'nccl_proto']
+"""
+
+from helper.calibration import (CONSTANTS, DEFAULT_CALIBRATION_PATH, calibration_source,
+                                load_calibration, resolve_constants)
+from helper.collectives import UnsupportedCollective
+from helper.fitting import fit_calibration, measurement_plan
+from helper.gpus import GPUS, GpuSpec, get_gpu
+from helper.memory import SHARDINGS, estimate_memory, normalize_sharding
+from helper.sizes import ModelShape, parse_dataset_size, parse_model_size
+from helper.suggest import explain, format_breakdown, suggest_config
+from helper.throughput import (DEFAULT_MEAN_TOKENS_PER_EXAMPLE, Prediction, estimate_padding_efficiency,
+                               estimate_startup_seconds, flops_per_token, predict_step_time,
+                               predict_throughput)
+
+__all__ = [
+    "suggest_config", "estimate_memory", "predict_throughput", "predict_step_time",
+    "estimate_startup_seconds", "estimate_padding_efficiency", "flops_per_token",
+    "fit_calibration", "load_calibration", "resolve_constants", "calibration_source",
+    "measurement_plan", "explain", "format_breakdown",
+    "parse_model_size", "parse_dataset_size", "normalize_sharding",
+    "GPUS", "GpuSpec", "get_gpu", "ModelShape", "Prediction", "UnsupportedCollective",
+    "CONSTANTS", "SHARDINGS", "DEFAULT_CALIBRATION_PATH", "DEFAULT_MEAN_TOKENS_PER_EXAMPLE",
+]

@@ -1,0 +1,264 @@
+"""Fit the model's free constants to measured throughput (``fit_calibration``).
+
+Per GPU model, a maximum-a-posteriori fit with ``scipy.optimize.least_squares``:
+
+- data residuals ``(log predicted - log measured) / noise_rel`` (relative errors, so a
+  2,000 and a 20,000 tokens/s measurement weigh alike);
+- one prior residual per constant, ``(z - z_prior) / prior_sigma`` on the logit (fractions)
+  or log (positive) scale, so constants no measurement exercises stay at their prior.
+
+A constant counts as *informed* when the data shrink its posterior standard deviation below
+half the prior's (from the Jacobian at the optimum, correlations included); only informed
+constants are written into the GPU's block, the rest keep inheriting. Measurements whose
+padding efficiency is unknown (``padding`` mode given, ``padding_efficiency`` absent) get
+one nuisance constant per mode, ``padding_efficiency_<mode>``.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as _dt
+import math
+import statistics
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from helper.calibration import CONSTANTS, PRIORS, SCHEMA_VERSION, load_calibration, resolve_constants
+from helper.collectives import UnsupportedCollective
+from helper.throughput import StepPlan, plan_step, step_time_breakdown
+from helper.sizes import parse_model_size
+
+__all__ = ["fit_calibration", "measurement_plan", "KNOBS_REPORTED"]
+
+KNOBS_REPORTED = ("nccl_algo", "nccl_proto", "num_workers", "prefetch_factor", "grad_accum",
+                  "micro_batch", "padding", "activation_checkpointing", "sharding", "gpu_count")
+_STARTUP = ("startup_fixed_s", "model_init_s_per_gparam")
+_FITTED = tuple(k for k in CONSTANTS if k not in _STARTUP)
+_PADDING_PRIOR = 0.5  # unknown share of real tokens; logit-scale prior sigma 2 (very weak)
+
+
+def measurement_plan(m: dict[str, Any]) -> tuple[StepPlan, str | None]:
+    """A measurement dict -> (StepPlan, nuisance padding key or None).
+
+    Keys: ``model_size`` or ``preset``; ``gpu``; ``gpu_count``; optional ``gpus_per_node``
+    (default min(8, gpu_count)), ``seq_len`` (2048), ``micro_batch`` (1), ``grad_accum`` (1),
+    ``activation_checkpointing`` (False), ``nccl_algo``/``nccl_proto`` (default),
+    ``num_workers`` (0, PyTorch's default), ``prefetch_factor``, ``sharding`` (zero3),
+    ``reshard_after_forward`` (True), ``padding_efficiency`` or ``padding`` (packed / none =
+    1.0), ``examples_per_sequence`` (1.0); the target ``tokens_per_sec_per_gpu``.
+    """
+    model = m.get("model_size", m.get("preset"))
+    if model is None:
+        raise ValueError("measurement needs `model_size` or `preset`")
+    for key in ("gpu", "gpu_count"):
+        if key not in m:
+            raise ValueError(f"measurement needs `{key}`")
+    n = int(m["gpu_count"])
+    pad_eff = m.get("padding_efficiency")
+    pad_key = None
+    if pad_eff is None:
+        mode = m.get("padding")
+        if mode not in (None, "packed"):
+            pad_key = f"padding_efficiency_{mode}"
+        pad_eff = 1.0
+    plan = plan_step(
+        parse_model_size(model), n, gpu=m["gpu"], seq_len=int(m.get("seq_len", 2048)),
+        micro_batch=int(m.get("micro_batch", 1)), grad_accum=int(m.get("grad_accum", 1)),
+        activation_checkpointing=bool(m.get("activation_checkpointing", False)),
+        gpus_per_node=int(m.get("gpus_per_node") or min(8, n)),
+        nccl_algo=m.get("nccl_algo", "default"), nccl_proto=m.get("nccl_proto", "default"),
+        num_workers=int(m.get("num_workers", 0)), prefetch_factor=m.get("prefetch_factor"),
+        sharding=m.get("sharding", "zero3"), padding_efficiency=float(pad_eff),
+        examples_per_sequence=float(m.get("examples_per_sequence", 1.0)),
+        reshard_after_forward=bool(m.get("reshard_after_forward", True)))
+    return plan, pad_key
+
+
+def _encode(name: str, value: float) -> float:
+    kind = CONSTANTS[name].kind if name in CONSTANTS else "fraction"
+    if kind == "fraction":
+        v = min(max(value, 1e-6), 1 - 1e-6)
+        return math.log(v / (1 - v))
+    return math.log(value)
+
+
+def _decode(name: str, z: float) -> float:
+    kind = CONSTANTS[name].kind if name in CONSTANTS else "fraction"
+    return 1 / (1 + math.exp(-z)) if kind == "fraction" else math.exp(z)
+
+
+def _sigma(name: str) -> float:
+    return CONSTANTS[name].prior_sigma if name in CONSTANTS else 2.0
+
+
+def _predict(plan: StepPlan, pad_key: str | None, consts: dict[str, float]) -> float:
+    tps = step_time_breakdown(plan, consts)["tokens_per_sec_per_gpu"]
+    return tps * consts.get(pad_key, _PADDING_PRIOR) if pad_key else tps
+
+
+def _pct_errors(items, consts_by_gpu) -> list[float]:
+    return [100.0 * (_predict(p, k, consts_by_gpu[p.gpu.name]) / meas - 1.0) for _, p, k, meas in items]
+
+
+def _fit_group(items: list, base_consts: dict[str, float], noise_rel: float, max_nfev: int,
+               n_starts: int = 5):
+    pad_keys = sorted({k for _, _, k, _ in items if k})
+    names = list(_FITTED) + pad_keys
+    prior = {**base_consts, **{k: base_consts.get(k, _PADDING_PRIOR) for k in pad_keys}}
+    z0 = np.array([_encode(nm, prior[nm]) for nm in names])
+    sig = np.array([_sigma(nm) for nm in names])
+    meas = np.log(np.array([mv for *_, mv in items]))
+
+    def consts_of(z: np.ndarray) -> dict[str, float]:
+        return {**prior, **{nm: _decode(nm, float(zi)) for nm, zi in zip(names, z)}}
+
+    def residuals(z: np.ndarray) -> np.ndarray:
+        c = consts_of(z)
+        pred = np.log([_predict(p, k, c) for _, p, k, _ in items])
+        return np.concatenate([(pred - meas) / noise_rel, (z - z0) / sig])
+
+    # Multi-start: NCCL's LL bandwidth cap (a min) and the overlap max() make the cost
+    # piecewise smooth, so one descent can stall; the prior and seeded +-1 sigma perturbations.
+    rng = np.random.default_rng(0)
+    starts = [z0] + [z0 + sig * rng.uniform(-1.0, 1.0, size=z0.size) for _ in range(n_starts - 1)]
+    res = min((least_squares(residuals, s, method="trf", max_nfev=max_nfev) for s in starts),
+              key=lambda r: r.cost)
+    jac = np.asarray(res.jac)
+    cov = np.linalg.pinv(jac.T @ jac)
+    post_sd = np.sqrt(np.clip(np.diag(cov), 0, None))
+    informed = [nm for nm, sd, s in zip(names, post_sd, sig) if sd < 0.5 * s]
+    fitted = consts_of(res.x)
+    return fitted, informed, dict(zip(names, post_sd.tolist())), bool(res.success)
+
+
+def _per_knob(measurements: list[dict], items: list, errors: list[float]) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    for knob in KNOBS_REPORTED:
+        groups: dict[str, list[float]] = defaultdict(list)
+        for (idx, *_), err in zip(items, errors):
+            if knob in measurements[idx]:
+                groups[str(measurements[idx][knob])].append(err)
+        if groups:
+            out[knob] = {v: {"n": len(e), "median_pct_residual": round(statistics.median(e), 2)}
+                         for v, e in sorted(groups.items())}
+    return out
+
+
+def fit_calibration(measurements: list[dict[str, Any]], *, base: dict[str, Any] | None = None,
+                    noise_rel: float = 0.05, source: str | None = None,
+                    max_nfev: int = 200, n_starts: int = 5) -> dict[str, Any]:
+    """Fit the model's constants to measurements; a calibration dict with quality and provenance.
+
+    Args:
+        measurements: plain dicts (see :func:`measurement_plan`), each with the measured
+            ``tokens_per_sec_per_gpu`` and optionally ``startup_seconds``, ``study``, ``ref``.
+        base: the calibration whose values are the priors and whose other GPU blocks are
+            kept (default: the shipped default calibration).
+        noise_rel: assumed relative measurement noise (weights data against priors).
+        source: the ``source`` line to record (default: says what was fitted, and when).
+        max_nfev: evaluation cap per start for ``least_squares``.
+        n_starts: descents per GPU group (the prior, then seeded perturbations); the best wins.
+
+    Returns:
+        A calibration (``load_calibration``'s format): ``constants`` (base blocks updated
+        with each GPU's informed constants), ``informed``, ``quality``
+        (``median_abs_pct_error`` before/after, ``per_gpu``, ``per_knob`` residuals,
+        ``skipped``) and ``provenance``.
+
+    Raises:
+        ValueError: no usable measurement.
+
+    Example:
+        >>> m = [{"model_size": "7b", "gpu": "H100-80GB", "gpu_count": 8, "micro_batch": mb,
+        ...       "num_workers": 4, "tokens_per_sec_per_gpu": tps}
+        ...      for mb, tps in ((1, 7000.0), (2, 7600.0), (4, 7900.0))]
+        >>> cal = fit_calibration(m)
+        >>> "compute_efficiency" in cal["informed"]["H100-80GB"]
+        True
+    """
+    base = copy.deepcopy(base) if base is not None else load_calibration()
+    items: list[tuple[int, StepPlan, str | None, float]] = []
+    skipped: list[dict[str, Any]] = []
+    for i, m in enumerate(measurements):
+        try:
+            value = float(m["tokens_per_sec_per_gpu"])
+            if not value > 0:
+                raise ValueError("tokens_per_sec_per_gpu must be > 0")
+            plan, pad_key = measurement_plan(m)
+        except (KeyError, ValueError, TypeError) as exc:  # UnsupportedCollective is a ValueError
+            kind = "unsupported" if isinstance(exc, UnsupportedCollective) else "invalid"
+            skipped.append({"index": i, "reason": f"{kind}: {exc}"})
+            continue
+        items.append((i, plan, pad_key, value))
+    if not items:
+        raise ValueError(f"no usable measurement among {len(measurements)} "
+                         f"({skipped[0]['reason'] if skipped else 'empty list'})")
+
+    by_gpu: dict[str, list] = defaultdict(list)
+    for it in items:
+        by_gpu[it[1].gpu.name].append(it)
+    base_consts = {g: resolve_constants(base, g)[0] for g in by_gpu}
+    before = _pct_errors(items, base_consts)
+
+    constants = copy.deepcopy(base["constants"])
+    informed_all = {g: list(v) for g, v in base.get("informed", {}).items()}
+    fitted_by_gpu: dict[str, dict[str, float]] = {}
+    posterior: dict[str, dict[str, float]] = {}
+    converged: dict[str, bool] = {}
+    for g, group in by_gpu.items():
+        fitted, informed, sd, ok = _fit_group(group, base_consts[g], noise_rel, max_nfev, n_starts)
+        # Start-up: the median of (measured - modelled variable part) sets startup_fixed_s.
+        starts = [(measurements[i]["startup_seconds"], p) for i, p, *_ in group
+                  if isinstance(measurements[i].get("startup_seconds"), (int, float))]
+        if starts:
+            var = [s - (0.5 * p.nodes + 0.01 * p.gpu_count
+                        + fitted["model_init_s_per_gparam"] * p.shape.n_params / 1e9) for s, p in starts]
+            fitted["startup_fixed_s"] = max(0.5, statistics.median(var))
+            informed.append("startup_fixed_s")
+        fitted_by_gpu[g] = fitted
+        block = constants.setdefault(g, {})
+        block.update({k: round(fitted[k], 6) for k in informed})
+        informed_all[g] = sorted(set(informed_all.get(g, [])) | set(informed))
+        posterior[g] = {k: round(v, 4) for k, v in sd.items()}
+        converged[g] = ok
+
+    # Quality of what is written (informed constants only), not of the full MAP vector.
+    written = {"schema_version": SCHEMA_VERSION, "source": "fit", "constants": constants}
+    after = _pct_errors(items, {g: {**resolve_constants(written, g)[0],
+                                    **{k: v for k, v in fitted_by_gpu[g].items() if k.startswith("padding_")}}
+                                for g in by_gpu})
+    abs_after = [abs(e) for e in after]
+    per_gpu = {g: {"n": len(grp), "median_abs_pct_error": round(statistics.median(
+        abs(e) for (it, e) in zip(items, after) if it[1].gpu.name == g), 2)} for g, grp in by_gpu.items()}
+    now = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+    studies = sorted({str(m["study"]) for m in measurements if m.get("study")})
+    refs = sorted({str(m["ref"]) for m in measurements if m.get("ref")})
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "source": source or (f"fit_calibration: {len(items)} measurements on "
+                             f"{', '.join(sorted(by_gpu))} ({now})"),
+        "created_at": now,
+        "constants": constants,
+        "informed": informed_all,
+        "quality": {
+            "n_measurements": len(measurements), "n_used": len(items),
+            "median_abs_pct_error": round(statistics.median(abs_after), 2),
+            "median_abs_pct_error_before": round(statistics.median(abs(e) for e in before), 2),
+            "p90_abs_pct_error": round(float(np.percentile(abs_after, 90)), 2),
+            "max_abs_pct_error": round(max(abs_after), 2),
+            "per_gpu": per_gpu,
+            "per_knob": _per_knob(measurements, items, after),
+            "skipped": skipped,
+        },
+        "provenance": {
+            "method": "scipy.optimize.least_squares on log throughput, noise_rel="
+                      f"{noise_rel}, weak priors on logit/log scale (helper/fitting.py)",
+            "base_source": base.get("source"),
+            "studies": studies, "references": refs,
+            "posterior_sd": posterior, "converged": converged,
+            "priors": {k: PRIORS["default"][k] for k in CONSTANTS},
+        },
+    }

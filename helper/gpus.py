@@ -1,0 +1,114 @@
+"""Accelerators as plain numbers, each with its source.
+
+GB is 1e9 bytes and GB/s 1e9 bytes per second throughout. Link bandwidths are per GPU and per
+direction: what one ring step can push. An unknown GPU name is an error that lists the known
+ones (nanoGPT's rule: no number rather than a wrong one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["GpuSpec", "GPUS", "get_gpu"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuSpec:
+    """One accelerator model, in the node it usually ships in."""
+
+    name: str
+    """Name used everywhere in tuner (`cluster.gpu` of a spec)."""
+    peak_flops: float
+    """Dense peak of the training dtype, FLOP/s (bf16 tensor cores on GPUs)."""
+    memory_gb: float
+    """Device memory capacity, GB."""
+    hbm_gbs: float
+    """Device memory bandwidth, GB/s (sets the optimizer-step time)."""
+    intra_node_gbs: float
+    """Per-GPU, per-direction bandwidth to the other GPUs of its node, GB/s (NVLink)."""
+    net_gbs_per_gpu: float
+    """Per-GPU share of the node's scale-out network, GB/s (one NIC per GPU on DGX)."""
+    nccl_arch: str
+    """Row of NCCL's tuning tables: ``ampere``, ``hopper``, or ``none`` (gloo, no NCCL)."""
+    nvls: bool
+    """NVLink SHARP (NVSwitch multicast) available: Hopper SXM in NVSwitch systems."""
+    cpu_cores_per_gpu: int
+    """Host cores per GPU in the reference node (caps useful DataLoader workers)."""
+    framework_overhead_gb: float
+    """Fixed memory outside tensors: CUDA context, cuBLAS/cuDNN workspaces, NCCL buffers."""
+    compute_dtype_bytes: int
+    """Bytes per element of parameters and activations as computed (2 = bf16)."""
+    peak_is_nominal: bool = False
+    """True when ``peak_flops`` is a nominal figure (the CPU proxy), not a datasheet peak."""
+    source: str
+    """Where the numbers come from."""
+
+
+# Framework overhead (all GPUs): ~0.5-1 GB CUDA context with kernels loaded lazily (PyTorch
+# "CUDA semantics" notes, CUDA_MODULE_LOADING=LAZY), cuBLAS workspaces (a few MiB per
+# stream), NCCL buffers (NCCL_BUFFSIZE = 4 MiB per channel per peer direction, NCCL env docs,
+# tens of channels) -> an allowance of 2 GB, not a measurement.
+_GPU_OVERHEAD_GB = 2.0
+
+GPUS: dict[str, GpuSpec] = {
+    g.name: g
+    for g in (
+        # NVIDIA A100 datasheet (nvidia.com/en-us/data-center/a100): BF16 tensor core 312
+        # TFLOPS dense (624 with sparsity); A100 40GB SXM HBM2 1,555 GB/s; NVLink 600 GB/s
+        # total (= 300 GB/s per direction). DGX A100 datasheet: 8x ConnectX-6 200 Gb/s HDR
+        # InfiniBand for compute (= 25 GB/s per GPU), 2x 64-core AMD EPYC 7742 (16 cores/GPU).
+        GpuSpec(name="A100-40GB", peak_flops=312e12, memory_gb=40.0, hbm_gbs=1555.0,
+                intra_node_gbs=300.0, net_gbs_per_gpu=25.0, nccl_arch="ampere", nvls=False,
+                cpu_cores_per_gpu=16, framework_overhead_gb=_GPU_OVERHEAD_GB, compute_dtype_bytes=2,
+                source="NVIDIA A100 datasheet (SXM4 40GB); DGX A100 datasheet"),
+        # Same datasheet: A100 80GB SXM HBM2e 2,039 GB/s; DGX A100 640GB: 8x 200 Gb/s.
+        GpuSpec(name="A100-80GB", peak_flops=312e12, memory_gb=80.0, hbm_gbs=2039.0,
+                intra_node_gbs=300.0, net_gbs_per_gpu=25.0, nccl_arch="ampere", nvls=False,
+                cpu_cores_per_gpu=16, framework_overhead_gb=_GPU_OVERHEAD_GB, compute_dtype_bytes=2,
+                source="NVIDIA A100 datasheet (SXM4 80GB); DGX A100 datasheet"),
+        # NVIDIA H100 datasheet (nvidia.com/en-us/data-center/h100), SXM5: BF16 tensor core
+        # 1,979 TFLOPS with sparsity = 989 dense; 80 GB HBM3 at 3.35 TB/s; NVLink 900 GB/s
+        # total (450 per direction). DGX H100 user guide: 8x ConnectX-7 400 Gb/s compute
+        # ports (= 50 GB/s per GPU), 2x 56-core Xeon 8480C (14 cores/GPU).
+        GpuSpec(name="H100-80GB", peak_flops=989e12, memory_gb=80.0, hbm_gbs=3350.0,
+                intra_node_gbs=450.0, net_gbs_per_gpu=50.0, nccl_arch="hopper", nvls=True,
+                cpu_cores_per_gpu=14, framework_overhead_gb=_GPU_OVERHEAD_GB, compute_dtype_bytes=2,
+                source="NVIDIA H100 datasheet (SXM5); DGX H100 user guide"),
+        # NVIDIA H200 datasheet (nvidia.com/en-us/data-center/h200), SXM: BF16 1,979 TFLOPS
+        # with sparsity = 989 dense; 141 GB HBM3e at 4.8 TB/s; NVLink 900 GB/s. DGX H200:
+        # same 8x ConnectX-7 400 Gb/s and CPUs as DGX H100.
+        GpuSpec(name="H200-141GB", peak_flops=989e12, memory_gb=141.0, hbm_gbs=4800.0,
+                intra_node_gbs=450.0, net_gbs_per_gpu=50.0, nccl_arch="hopper", nvls=True,
+                cpu_cores_per_gpu=14, framework_overhead_gb=_GPU_OVERHEAD_GB, compute_dtype_bytes=2,
+                source="NVIDIA H200 datasheet (SXM); DGX H200 datasheet"),
+        # The CPU/gloo quickstart proxy: one process per "GPU". Nothing here is a datasheet
+        # number. peak_flops is the nominal fp32 FMA peak of one 2.5 GHz AVX2 core
+        # (2 FMA units x 8 lanes x 2 FLOP = 32 FLOP/cycle = 80 GFLOP/s); what a process really
+        # achieves is the calibrated compute_efficiency. The "link" is gloo over loopback TCP
+        # (an assumed 2 GB/s, calibrated by bus_bw_efficiency); memory is an assumed 16 GB
+        # share of host RAM; fp32 (dtype "auto" on CPU).
+        GpuSpec(name="cpu", peak_flops=80e9, memory_gb=16.0, hbm_gbs=20.0,
+                intra_node_gbs=2.0, net_gbs_per_gpu=1.0, nccl_arch="none", nvls=False,
+                cpu_cores_per_gpu=1, framework_overhead_gb=0.5, compute_dtype_bytes=4,
+                peak_is_nominal=True,
+                source="nominal (not a datasheet): calibrated from a CPU quickstart study"),
+    )
+}
+
+
+def get_gpu(name: str | GpuSpec) -> GpuSpec:
+    """The :class:`GpuSpec` called ``name`` (case-insensitive).
+
+    Raises:
+        ValueError: unknown name; the message lists the known ones.
+
+    Example:
+        >>> get_gpu("h100-80gb").peak_flops
+        989000000000000.0
+    """
+    if isinstance(name, GpuSpec):
+        return name
+    for key, spec in GPUS.items():
+        if key.lower() == str(name).strip().lower():
+            return spec
+    raise ValueError(f"unknown GPU {name!r}; known: {', '.join(GPUS)}")

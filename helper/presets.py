@@ -1,0 +1,82 @@
+"""Model architecture presets, as plain numbers.
+
+One table for the whole project: `objectives/` turns a preset into a `transformers`
+LlamaConfig, `helper/` turns it into FLOPs and bytes. Kept free of torch and transformers so
+`import helper` stays light.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["ModelArch", "MODEL_PRESETS", "get_preset"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelArch:
+    """A decoder-only Llama-style architecture."""
+
+    name: str
+    """Preset name, e.g. ``llama-2-7b``."""
+    n_layers: int
+    """Transformer blocks."""
+    hidden: int
+    """Model (residual stream) width."""
+    n_heads: int
+    """Attention (query) heads."""
+    n_kv_heads: int
+    """Key/value heads (fewer than ``n_heads`` means grouped-query attention)."""
+    intermediate: int
+    """SwiGLU MLP width."""
+    vocab: int
+    """Vocabulary size (embedding and output head are untied, as in Llama 2)."""
+    max_seq_len: int
+    """Context length the model was trained with."""
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.n_heads
+
+    @property
+    def n_params(self) -> int:
+        """Parameter count: embeddings + blocks + final norm + untied output head."""
+        kv = self.n_kv_heads * self.head_dim
+        attn = self.hidden * (2 * self.hidden + 2 * kv)  # q, o: h*h; k, v: h*kv
+        mlp = 3 * self.hidden * self.intermediate  # gate, up, down
+        norms = 2 * self.hidden
+        block = attn + mlp + norms
+        return 2 * self.vocab * self.hidden + self.n_layers * block + self.hidden
+
+
+# Sources: the config.json of each public checkpoint on the Hugging Face hub
+# (meta-llama/Llama-2-7b-hf, meta-llama/Llama-2-13b-hf, meta-llama/Llama-2-70b-hf,
+# TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T for llama-1b, meta-llama/Meta-Llama-3-8B
+# for llama-3-8b: the model of torchtitan's published FSDP benchmarks). `tiny` is ours: small
+# enough that a 2-process FSDP2 step on CPU takes well under a second.
+MODEL_PRESETS: dict[str, ModelArch] = {
+    arch.name: arch
+    for arch in (
+        ModelArch(name="tiny", n_layers=2, hidden=128, n_heads=4, n_kv_heads=4,
+                  intermediate=344, vocab=8000, max_seq_len=2048),
+        ModelArch(name="llama-1b", n_layers=22, hidden=2048, n_heads=32, n_kv_heads=4,
+                  intermediate=5632, vocab=32000, max_seq_len=2048),
+        ModelArch(name="llama-2-7b", n_layers=32, hidden=4096, n_heads=32, n_kv_heads=32,
+                  intermediate=11008, vocab=32000, max_seq_len=4096),
+        ModelArch(name="llama-3-8b", n_layers=32, hidden=4096, n_heads=32, n_kv_heads=8,
+                  intermediate=14336, vocab=128256, max_seq_len=8192),
+        ModelArch(name="llama-2-13b", n_layers=40, hidden=5120, n_heads=40, n_kv_heads=40,
+                  intermediate=13824, vocab=32000, max_seq_len=4096),
+        ModelArch(name="llama-2-70b", n_layers=80, hidden=8192, n_heads=64, n_kv_heads=8,
+                  intermediate=28672, vocab=32000, max_seq_len=4096),
+    )
+}
+
+
+def get_preset(name: str) -> ModelArch:
+    """The preset called ``name``; a ``KeyError`` that lists the known ones otherwise."""
+    try:
+        return MODEL_PRESETS[name]
+    except KeyError:
+        raise KeyError(
+            f"unknown model preset {name!r}; known: {', '.join(MODEL_PRESETS)}"
+        ) from None

@@ -1,0 +1,373 @@
+"""Tokens per second per GPU: compute, FSDP communication, overlap, data loading, overhead.
+
+One optimizer step of ``grad_accum`` micro-batches, per GPU::
+
+    step_time_s = compute + exposed communication + optimizer + overhead + data stall
+
+- compute: FLOPs per token x tokens / (peak x ``compute_efficiency``). FLOPs per token are
+  6 N (forward 2N, backward 4N; Kaplan et al. 2020, Sec. 2.1) over the matmul parameters (the
+  input embedding is a lookup, excluded as in torchtitan's ``get_nparams_and_flops``) plus
+  12 L H T for attention scores (PaLM, Chowdhery et al. 2022, App. B; torchtitan
+  models/utils.py). Full activation checkpointing repeats the forward: 8 N + 16 L H T.
+- communication (FSDP2 per-block collectives, one per transformer block plus the root):
+  all-gather of bf16 weights before each block's forward, again before its backward when
+  ``reshard_after_forward`` (FSDP2's default for non-root modules; False skips it); gradient
+  reduce-scatter once per optimizer step when accumulation uses
+  ``set_requires_gradient_sync(False)`` on all but the last micro-batch, else every
+  micro-batch (PyTorch PR #126166); all-gathers run every micro-batch either way. zero2 is
+  FSDP2 without reshard-after-forward; zero1 and ddp all-reduce gradients. Each collective's
+  time comes from :mod:`helper.collectives` (NCCL's model, calibrated factors).
+- overlap: ``exposed = max(0, comm - compute) + (1 - overlap) x min(comm, compute)``.
+- optimizer: Adam reads fp32 param, grad, m, v and writes param, m, v (28 B per local
+  parameter) at HBM bandwidth.
+- data: workers tokenise ``data_cost_s_per_example`` per example in parallel with the step;
+  a stall appears when per-step CPU work / workers exceeds the step (with 0 workers the main
+  process does it serially). ``prefetch_factor`` only absorbs jitter: no steady-state effect.
+
+Throughput counts non-padding tokens: ``micro_batch x seq_len x padding_efficiency x
+grad_accum / step_time_s``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from helper.calibration import resolve_constants
+from helper.collectives import PRIOR_FACTORS, CollectiveChoice, _raw_time_s, choose_collective
+from helper.gpus import GpuSpec, get_gpu
+from helper.memory import estimate_memory, normalize_sharding
+from helper.sizes import ModelShape, parse_model_size
+
+__all__ = ["Prediction", "StepPlan", "plan_step", "step_time_breakdown", "predict_step_time",
+           "predict_throughput", "flops_per_token", "estimate_padding_efficiency",
+           "estimate_startup_seconds", "DEFAULT_MEAN_TOKENS_PER_EXAMPLE"]
+
+DEFAULT_MEAN_TOKENS_PER_EXAMPLE = 256
+"""Assumed mean tokens per example (prompt template + instruction + response of Alpaca-style
+data with a Llama tokenizer is a few hundred tokens). An assumption: pass your data's mean."""
+
+_ADAM_BYTES_PER_PARAM = 28.0  # fp32 reads: param, grad, m, v; writes: param, m, v
+
+
+class Prediction(float):
+    """A float that also says which calibration produced it (``source``) and how (``details``).
+
+    Example:
+        >>> p = Prediction(1234.5, source="default", details={"step_time_s": 1.0})
+        >>> p + 1, p.source
+        (1235.5, 'default')
+    """
+
+    source: str
+    details: dict[str, Any]
+
+    def __new__(cls, value: float, *, source: str, details: dict[str, Any] | None = None) -> "Prediction":
+        obj = super().__new__(cls, value)
+        obj.source = source
+        obj.details = dict(details or {})
+        return obj
+
+    def __reduce__(self):  # pickles (and deep-copies) as a plain float
+        return (float, (float(self),))
+
+
+def flops_per_token(shape: ModelShape, seq_len: int, *, activation_checkpointing: bool = False) -> float:
+    """Training FLOPs per token: 6 N_matmul + 12 L H T (x 4/3 with full checkpointing).
+
+    Example:
+        >>> round(flops_per_token(parse_model_size("llama-2-7b"), 4096) / 1e9, 1)
+        46.1
+    """
+    a = shape.arch
+    matmul_params = max(shape.n_params - shape.n_embedding_params, 0.0)
+    flops = 6.0 * matmul_params + 12.0 * a.n_layers * a.hidden * seq_len
+    return flops * (8.0 / 6.0) if activation_checkpointing else flops
+
+
+def estimate_padding_efficiency(padding: str, *, seq_len: int,
+                                mean_tokens_per_example: float = DEFAULT_MEAN_TOKENS_PER_EXAMPLE,
+                                micro_batch: int = 1, length_cv: float = 0.5) -> float:
+    """Share of computed tokens that are real for a padding mode of the objective.
+
+    ``packed`` fills every row (1.0); ``max_length`` pads every row to ``seq_len``;
+    ``longest`` pads to the longest of the micro-batch, whose expected length we take as
+    ``mean x (1 + cv x sqrt(2 ln b))`` (the expected maximum of b normal draws), capped at
+    ``seq_len``. Example lengths are assumed to have coefficient of variation ``length_cv``.
+
+    Example:
+        >>> estimate_padding_efficiency("max_length", seq_len=2048)
+        0.125
+    """
+    mean = min(float(mean_tokens_per_example), float(seq_len))
+    mode = str(padding).lower()
+    if mode == "packed":
+        return 1.0
+    if mode == "max_length":
+        return mean / seq_len
+    if mode == "longest":
+        spread = length_cv * math.sqrt(2 * math.log(micro_batch)) if micro_batch > 1 else 0.0
+        return mean / min(float(seq_len), mean * (1 + spread))
+    raise ValueError(f"unknown padding {padding!r}; one of packed, max_length, longest")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepPlan:
+    """Everything about one configuration that does not depend on the calibration."""
+
+    shape: ModelShape
+    """Model size and architecture."""
+    gpu: GpuSpec
+    """Accelerator."""
+    gpu_count: int
+    """World size."""
+    nodes: int
+    """Nodes = ceil(gpu_count / gpus_per_node)."""
+    gpus_per_node: int
+    """GPUs per node actually used (at most gpu_count)."""
+    seq_len: int
+    """Tokens per row."""
+    micro_batch: int
+    """Rows per GPU per micro-step."""
+    grad_accum: int
+    """Micro-steps per optimizer step."""
+    sharding: str
+    """ddp, zero1, zero2, zero3."""
+    activation_checkpointing: bool
+    """Full per-block recomputation."""
+    padding_efficiency: float
+    """Non-padding share of the computed tokens."""
+    examples_per_sequence: float
+    """Examples tokenised per row (1 when padded; seq_len / mean length when packed)."""
+    num_workers: int
+    """DataLoader workers per GPU."""
+    prefetch_factor: int | None
+    """Batches each worker keeps ready (no steady-state effect in this model)."""
+    flops_per_micro_step: float
+    """Training FLOPs of one micro-batch on one GPU."""
+    optimizer_bytes: float
+    """HBM bytes the optimizer step touches on one GPU."""
+    collectives: tuple[tuple[str, float, float, CollectiveChoice], ...]
+    """(collective, buffer bytes, count per optimizer step, algorithm/protocol)."""
+
+
+def plan_step(model_size: float | int | str | ModelShape, gpu_count: int, *,
+              gpu: str | GpuSpec = "H100-80GB", seq_len: int = 2048, micro_batch: int = 1,
+              activation_checkpointing: bool = False, grad_accum: int = 1, gpus_per_node: int = 8,
+              nccl_algo: str | None = "default", nccl_proto: str | None = "default",
+              num_workers: int = 2, prefetch_factor: int | None = 2, sharding: str = "zero3",
+              padding_efficiency: float = 1.0, examples_per_sequence: float = 1.0,
+              reshard_after_forward: bool = True, reduce_scatter_every_micro_step: bool = False,
+              reduce_dtype_bytes: int = 4) -> StepPlan:
+    """The calibration-free part of a prediction (see :func:`predict_throughput` for args).
+
+    Raises:
+        helper.collectives.UnsupportedCollective: a forced NCCL algorithm/protocol that a
+            needed collective lacks (NCCL fails such a job at its first collective).
+        ValueError: a bad argument.
+    """
+    shape = parse_model_size(model_size)
+    spec = get_gpu(gpu)
+    stage = normalize_sharding(sharding)
+    for name, v in (("gpu_count", gpu_count), ("seq_len", seq_len), ("micro_batch", micro_batch),
+                    ("grad_accum", grad_accum), ("gpus_per_node", gpus_per_node)):
+        if int(v) != v or v < 1:
+            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    if num_workers < 0:
+        raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+    if not 0 < padding_efficiency <= 1:
+        raise ValueError(f"padding_efficiency must be in (0, 1], got {padding_efficiency}")
+    g = min(gpus_per_node, gpu_count)
+    nodes = math.ceil(gpu_count / g)
+    p = spec.compute_dtype_bytes
+    n = gpu_count
+
+    colls: list[tuple[str, float, float]] = []  # (collective, bytes, count per step)
+    if n > 1:
+        L = shape.arch.n_layers
+        syncs = grad_accum if reduce_scatter_every_micro_step else 1
+        if stage in ("zero2", "zero3"):
+            gathers_per_micro = 2 if (stage == "zero3" and reshard_after_forward) else 1
+            colls.append(("allgather", shape.block_params * p, L * gathers_per_micro * grad_accum))
+            colls.append(("allgather", shape.root_params * p, grad_accum))  # root: once per forward
+            colls.append(("reducescatter", shape.block_params * reduce_dtype_bytes, L * syncs))
+            colls.append(("reducescatter", shape.root_params * reduce_dtype_bytes, syncs))
+        else:  # zero1 / ddp: all-reduce gradient buckets; zero1 re-gathers updated weights
+            colls.append(("allreduce", shape.block_params * reduce_dtype_bytes, L * syncs))
+            colls.append(("allreduce", shape.root_params * reduce_dtype_bytes, syncs))
+            if stage == "zero1":
+                colls.append(("allgather", shape.n_params * p / (L + 1), L + 1))
+    planned = []
+    for coll, nbytes, count in colls:
+        if spec.nccl_arch == "none":  # gloo: NCCL settings do not apply
+            choice = CollectiveChoice(algo="ring", proto="simple", forced=False)
+        else:
+            choice = choose_collective(coll, nbytes, nccl_algo=nccl_algo, nccl_proto=nccl_proto,
+                                       n=n, nodes=nodes, gpus_per_node=g, gpu=spec,
+                                       reduce_fp32=reduce_dtype_bytes == 4)
+        planned.append((coll, float(nbytes), float(count), choice))
+
+    local_params = shape.n_params if stage == "ddp" else shape.n_params / n
+    return StepPlan(
+        shape=shape, gpu=spec, gpu_count=n, nodes=nodes, gpus_per_node=g, seq_len=seq_len,
+        micro_batch=micro_batch, grad_accum=grad_accum, sharding=stage,
+        activation_checkpointing=bool(activation_checkpointing),
+        padding_efficiency=float(padding_efficiency),
+        examples_per_sequence=float(examples_per_sequence), num_workers=int(num_workers),
+        prefetch_factor=prefetch_factor,
+        flops_per_micro_step=micro_batch * seq_len * flops_per_token(
+            shape, seq_len, activation_checkpointing=activation_checkpointing),
+        optimizer_bytes=local_params * _ADAM_BYTES_PER_PARAM,
+        collectives=tuple(planned))
+
+
+def step_time_breakdown(plan: StepPlan, constants: dict[str, float]) -> dict[str, float]:
+    """Seconds per optimizer step by part, and the resulting tokens/s/GPU (pure arithmetic)."""
+    c = constants
+    spec = plan.gpu
+    compute_s = plan.grad_accum * plan.flops_per_micro_step / (spec.peak_flops * c["compute_efficiency"])
+    comm_s = 0.0
+    if plan.collectives:
+        cc = {**PRIOR_FACTORS, **c}
+        for coll, nbytes, count, ch in plan.collectives:
+            comm_s += count * _raw_time_s(coll, nbytes, algo=ch.algo, proto=ch.proto, n=plan.gpu_count,
+                                          nodes=plan.nodes, gpus_per_node=plan.gpus_per_node, gpu=spec, c=cc)
+    overlap = c["comm_overlap_fraction"]
+    exposed_s = max(0.0, comm_s - compute_s) + (1.0 - overlap) * min(comm_s, compute_s)
+    optimizer_s = plan.optimizer_bytes / (spec.hbm_gbs * 1e9)
+    overhead_s = plan.grad_accum * c["micro_step_overhead_s"]
+    busy_s = compute_s + exposed_s + optimizer_s + overhead_s
+    examples = plan.micro_batch * plan.grad_accum * plan.examples_per_sequence
+    data_cpu_s = examples * c["data_cost_s_per_example"]
+    if plan.num_workers == 0:
+        stall_s = data_cpu_s  # the main process tokenises between steps
+    else:
+        workers = min(plan.num_workers, spec.cpu_cores_per_gpu) if spec.cpu_cores_per_gpu else plan.num_workers
+        stall_s = max(0.0, data_cpu_s / max(workers, 1) - busy_s)
+    step_s = busy_s + stall_s
+    tokens = plan.micro_batch * plan.seq_len * plan.padding_efficiency * plan.grad_accum
+    return {"compute_s": compute_s, "comm_s": comm_s, "exposed_comm_s": exposed_s,
+            "optimizer_s": optimizer_s, "overhead_s": overhead_s, "data_stall_s": stall_s,
+            "data_cpu_s": data_cpu_s, "step_time_s": step_s,
+            "tokens_per_step_per_gpu": tokens, "tokens_per_sec_per_gpu": tokens / step_s,
+            "mfu": plan.micro_batch * plan.seq_len * plan.grad_accum
+                   * flops_per_token(plan.shape, plan.seq_len) / step_s / spec.peak_flops}
+
+
+def predict_step_time(model_size: float | int | str | ModelShape, gpu_count: int, *,
+                      calibration: dict[str, Any] | str | Path | None = None,
+                      **knobs: Any) -> dict[str, Any]:
+    """Step-time breakdown (seconds), tokens/s/GPU, memory, and ``source`` as one dict.
+
+    Takes the same arguments as :func:`predict_throughput`.
+
+    Example:
+        >>> d = predict_step_time("7b", 8, micro_batch=2)
+        >>> d["step_time_s"] > d["compute_s"] > 0, "source" in d
+        (True, True)
+    """
+    plan = plan_step(model_size, gpu_count, **knobs)
+    constants, source = resolve_constants(calibration, plan.gpu.name)
+    out: dict[str, Any] = step_time_breakdown(plan, constants)
+    mem = estimate_memory(plan.shape, gpu_count, sharding=plan.sharding, micro_batch=plan.micro_batch,
+                          seq_len=plan.seq_len, activation_checkpointing=plan.activation_checkpointing,
+                          grad_accum=plan.grad_accum, gpu=plan.gpu,
+                          reshard_after_forward=knobs.get("reshard_after_forward", True),
+                          reduce_scatter_every_micro_step=knobs.get("reduce_scatter_every_micro_step", False))
+    counts: dict[str, float] = {}
+    for coll, _, count, ch in plan.collectives:
+        key = f"{coll}/{ch.algo}/{ch.proto}"
+        counts[key] = counts.get(key, 0.0) + count
+    out.update(memory_total_gb=mem["total"], fits_in_memory=mem["total"] <= plan.gpu.memory_gb,
+               collectives_per_step=counts, source=source)
+    return out
+
+
+def predict_throughput(model_size: float | int | str | ModelShape, gpu_count: int, *,
+                       gpu: str = "H100-80GB", seq_len: int = 2048, micro_batch: int = 1,
+                       activation_checkpointing: bool = False, grad_accum: int = 1,
+                       gpus_per_node: int = 8, nccl_algo: str | None = "default",
+                       nccl_proto: str | None = "default", num_workers: int = 2,
+                       prefetch_factor: int | None = 2, sharding: str = "zero3",
+                       padding_efficiency: float = 1.0, examples_per_sequence: float = 1.0,
+                       reshard_after_forward: bool = True,
+                       reduce_scatter_every_micro_step: bool = False,
+                       calibration: dict[str, Any] | str | Path | None = None) -> Prediction:
+    """Predicted training throughput, non-padding tokens per second per GPU.
+
+    Args:
+        model_size: ``7e9``, ``"7b"``, ``"13B"``, ``"1.3b"`` or a preset name.
+        gpu_count: world size (data-parallel GPUs).
+        gpu: ``A100-40GB``, ``A100-80GB``, ``H100-80GB``, ``H200-141GB`` or ``cpu``.
+        seq_len: tokens per row.
+        micro_batch: rows per GPU per forward/backward.
+        activation_checkpointing: full per-block recomputation (one extra forward).
+        grad_accum: micro-batches per optimizer step.
+        gpus_per_node: GPUs per node (NVLink inside, network across).
+        nccl_algo: NCCL_ALGO value (``default`` = unset): ``Ring``, ``Tree``, ``NVLS``...
+        nccl_proto: NCCL_PROTO value (``default`` = unset): ``Simple``, ``LL128``, ``LL``.
+        num_workers: DataLoader workers per GPU (0 = tokenise in the training process).
+        prefetch_factor: batches per worker kept ready (jitter only; no effect here).
+        sharding: ``ddp``, ``zero1``, ``zero2``, ``zero3`` (``fsdp``).
+        padding_efficiency: non-padding share of computed tokens (see
+            :func:`estimate_padding_efficiency`).
+        examples_per_sequence: examples tokenised per row (packing puts several in one).
+        reshard_after_forward: FSDP2 option; False skips the backward all-gather.
+        reduce_scatter_every_micro_step: False = FSDP2 no-sync accumulation (reduce-scatter
+            on the last micro-batch only).
+        calibration: a calibration dict, a JSON path, or None for the shipped default.
+
+    Returns:
+        A :class:`Prediction` (a float) with ``.source`` (the calibration used) and
+        ``.details`` (the step-time breakdown of :func:`predict_step_time`).
+
+    Raises:
+        helper.collectives.UnsupportedCollective: e.g. ``nccl_algo="Tree"`` with FSDP.
+
+    Example:
+        >>> tps = predict_throughput("7b", 8, gpu="H100-80GB", micro_batch=4)
+        >>> 5000 < tps < 20000, tps.source.startswith("default")
+        (True, True)
+    """
+    details = predict_step_time(
+        model_size, gpu_count, calibration=calibration, gpu=gpu, seq_len=seq_len,
+        micro_batch=micro_batch, activation_checkpointing=activation_checkpointing,
+        grad_accum=grad_accum, gpus_per_node=gpus_per_node, nccl_algo=nccl_algo,
+        nccl_proto=nccl_proto, num_workers=num_workers, prefetch_factor=prefetch_factor,
+        sharding=sharding, padding_efficiency=padding_efficiency,
+        examples_per_sequence=examples_per_sequence, reshard_after_forward=reshard_after_forward,
+        reduce_scatter_every_micro_step=reduce_scatter_every_micro_step)
+    return Prediction(details["tokens_per_sec_per_gpu"], source=details["source"], details=details)
+
+
+def estimate_startup_seconds(model_size: float | int | str | ModelShape, gpu_count: int, *,
+                             gpu: str = "H100-80GB", gpus_per_node: int = 8,
+                             load_weights: bool = False, storage_read_gbs_per_node: float = 2.0,
+                             calibration: dict[str, Any] | str | Path | None = None) -> Prediction:
+    """Seconds from launching a trial to its first training step.
+
+    ``startup_fixed_s`` (interpreter, imports, CUDA context, data set-up; calibrated)
+    + rendezvous and NCCL communicator set-up, assumed 0.5 s per node + 10 ms per rank
+    (NCCL's bootstrap is an all-gather over ranks)
+    + building and initialising the model, ``model_init_s_per_gparam`` per 1e9 parameters
+    (calibrated; every rank builds the model before FSDP shards it)
+    + with ``load_weights``, reading the bf16 checkpoint (2 B/param) once per node at
+    ``storage_read_gbs_per_node`` (an assumed 2 GB/s). Warm-up steps are not included.
+
+    Example:
+        >>> s = estimate_startup_seconds("7b", 32)
+        >>> s > 0, s.source.startswith("default")
+        (True, True)
+    """
+    shape = parse_model_size(model_size)
+    spec = get_gpu(gpu)
+    constants, source = resolve_constants(calibration, spec.name)
+    nodes = math.ceil(gpu_count / min(gpus_per_node, gpu_count))
+    parts = {"fixed_s": constants["startup_fixed_s"],
+             "rendezvous_s": 0.5 * nodes + 0.01 * gpu_count,
+             "model_init_s": constants["model_init_s_per_gparam"] * shape.n_params / 1e9,
+             "load_weights_s": (2.0 * shape.n_params / (storage_read_gbs_per_node * 1e9))
+                               if load_weights else 0.0}
+    return Prediction(sum(parts.values()), source=source, details=parts)

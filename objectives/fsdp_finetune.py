@@ -1,0 +1,519 @@
+"""One trial: a short FSDP2 fine-tune that reports its throughput in the trial protocol.
+
+    TUNER_TRIAL_CONFIG=trial.json TUNER_RESULT_FILE=result.jsonl \\
+        torchrun --standalone --nproc_per_node N -m objectives.fsdp_finetune
+
+Reads TUNER_TRIAL_CONFIG (docs/contracts.md); rank 0 appends JSON lines to TUNER_RESULT_FILE
+(stdout when unset): one per measured optimizer step, then a summary. A failing rank writes
+an `error` line itself (kind `oom` or `error`) and exits non-zero at once, so torchrun stops
+the others. NCCL_ALGO / NCCL_PROTO come from the environment (the launcher sets them); they
+are recorded, never interpreted. Without torchrun (`python -m ...`) it runs a world of one.
+
+Measurement protocol: a step is one optimizer step (grad_accum micro-batches). The device
+is synchronised before and after each step (CUDA), time is perf_counter wall time of the
+slowest rank, warm-up steps are excluded. `tokens` is the step's non-padding tokens summed
+over all ranks. Time blocked in the DataLoader's next() is data wait (slowest rank, per step).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import resource
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main", "load_config", "parse_config", "TrialConfig", "Knobs", "TrialConfigError", "ResultWriter",
+           "classify_error", "error_event", "init_distributed", "build_data", "build_sharded_model",
+           "train_step", "StepStats", "run_trial", "peak_flops_for", "model_flops_per_token",
+           "peak_memory_gib", "process_age_s"]
+
+_IMPORT_S = time.perf_counter()
+
+# ------------------------------------------------------------------------------ defaults
+LEARNING_RATE = 2e-5  # Stanford Alpaca's fine-tuning LR (tatsu-lab/stanford_alpaca README); values don't change speed
+LAUNCH_KNOB_PREFIX = "nccl_"  # launch-level knobs: the launcher turns them into NCCL_* variables
+NCCL_ENV_VARS = ("NCCL_ALGO", "NCCL_PROTO")
+CONFIG_ERROR_GRACE_S = 10.0  # how long ranks > 0 wait for rank 0 to report a config error
+# Compute dtypes (tuner.spec's list). fp16 runs without a loss scaler: a few steps' numbers
+# don't matter for speed, and the scaler's inf checks cost little next to a step.
+DTYPES = ("auto", "bf16", "fp16", "fp32")
+# CUDA device name -> helper.gpus entry whose datasheet peak gives MFU, most specific first.
+# Variants with another peak map to None (PCIe/NVL H100 and H200 have lower clocks: H100
+# PCIe 756 TF, H100 NVL 835 TF dense bf16, NVIDIA datasheets; GH200 is a different board):
+# an unknown device gets no MFU rather than a wrong one. A100 is 312 TF in every form factor.
+CUDA_NAME_TO_GPU: tuple[tuple[str, str | None], ...] = (
+    ("GH200", None), ("H100 PCIe", None), ("H100 NVL", None), ("H200 NVL", None),
+    ("H100", "H100-80GB"), ("H200", "H200-141GB"), ("A100", "A100-80GB"),
+)
+
+
+class TrialConfigError(ValueError):
+    """The trial config is not something this workload can run (the message names the key)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Knobs:
+    """The workload knobs of one trial (Optuna parameter names), validated."""
+
+    micro_batch: int = 1
+    """Sequences per micro-batch per rank."""
+    grad_accum: int = 1
+    """Micro-batches per optimizer step; gradients are reduced only on the last one."""
+    num_workers: int = 0
+    """DataLoader worker processes per rank (they tokenize); 0 = in the training process."""
+    prefetch_factor: int | None = None
+    """Batches each worker loads ahead; None when num_workers == 0 (PyTorch's rule)."""
+    padding: str = "max_length"
+    """`max_length`, `longest` or `packed` (objectives.data)."""
+    activation_checkpointing: bool = False
+    """Recompute each block's activations in backward (default: the model section's setting)."""
+    reshard_after_forward: bool = True
+    """FSDP2: free gathered block weights after forward and gather again for backward."""
+
+    def __post_init__(self) -> None:
+        for name, low in (("micro_batch", 1), ("grad_accum", 1), ("num_workers", 0)):
+            _check_int(name, getattr(self, name), low)
+        if self.prefetch_factor is not None:
+            _check_int("prefetch_factor", self.prefetch_factor, 1)
+        if self.padding not in ("max_length", "longest", "packed"):
+            raise TrialConfigError(f"params.padding {self.padding!r}: one of max_length, longest, packed")
+        for name in ("activation_checkpointing", "reshard_after_forward"):
+            if not isinstance(getattr(self, name), bool):
+                raise TrialConfigError(f"params.{name} {getattr(self, name)!r}: true or false")
+
+
+def _check_int(name: str, value: Any, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise TrialConfigError(f"params.{name} {value!r}: an integer >= {low}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialConfig:
+    """The parsed TUNER_TRIAL_CONFIG file (docs/contracts.md)."""
+
+    knobs: Knobs
+    """Workload knobs with defaults filled in."""
+    launch_params: dict[str, Any]
+    """Launch-level knobs (nccl_*), recorded only: the launcher already acted on them."""
+    model: dict[str, Any]
+    """The spec's [model] section: preset or path, seq_len, dtype."""
+    data: dict[str, Any]
+    """The spec's [data] section: source, tokenizer, vocab_size, num_examples, cache_dir..."""
+    warmup_steps: int
+    """Optimizer steps run before measuring (excluded)."""
+    measure_steps: int
+    """Optimizer steps measured."""
+    backend: str = "gloo"
+    """torch.distributed backend: `nccl` (GPU) or `gloo` (CPU)."""
+    seed: int = 0
+    """Seeds model init and data order."""
+
+    @property
+    def seq_len(self) -> int:
+        return int(self.model["seq_len"])
+
+
+def parse_config(raw: Mapping[str, Any]) -> TrialConfig:
+    """A TrialConfig from the config file's JSON object.
+
+    Raises:
+        TrialConfigError: an unknown workload knob or a bad value; the message names the key.
+
+    Example:
+        >>> cfg = parse_config({"params": {"micro_batch": 4, "nccl_algo": "Ring"},
+        ...                     "model": {"preset": "tiny", "seq_len": 128}, "data": {},
+        ...                     "trial": {"warmup_steps": 1, "measure_steps": 2}})
+        >>> cfg.knobs.micro_batch, cfg.launch_params
+        (4, {'nccl_algo': 'Ring'})
+    """
+    params = dict(raw.get("params") or {})
+    known = {f.name for f in fields(Knobs)}
+    unknown = sorted(k for k in params if k not in known and not k.startswith(LAUNCH_KNOB_PREFIX))
+    if unknown:
+        raise TrialConfigError(f"unknown knob {unknown[0]!r} in params; objectives.fsdp_finetune knows "
+                               f"{', '.join(sorted(known))} (and launch-level nccl_* knobs)")
+    model = dict(raw.get("model") or {})
+    values = {k: v for k, v in params.items() if k in known}
+    values.setdefault("activation_checkpointing", bool(model.get("activation_checkpointing", False)))
+    knobs = Knobs(**values)
+    if knobs.num_workers == 0:
+        knobs = replace(knobs, prefetch_factor=None)  # a conditional knob: inactive without workers
+    elif knobs.prefetch_factor is None:
+        knobs = replace(knobs, prefetch_factor=2)  # PyTorch's DataLoader default
+    if model.get("dtype", "auto") not in DTYPES:
+        raise TrialConfigError(f"model.dtype {model.get('dtype')!r}: one of {', '.join(DTYPES)}")
+    if not isinstance(model.get("seq_len"), int) or model["seq_len"] < 2:
+        raise TrialConfigError(f"model.seq_len {model.get('seq_len')!r}: an integer >= 2")
+    trial = raw.get("trial") or {}
+    for key, low in (("warmup_steps", 0), ("measure_steps", 1)):
+        if isinstance(trial.get(key), bool) or not isinstance(trial.get(key), int) or trial[key] < low:
+            raise TrialConfigError(f"trial.{key} {trial.get(key)!r}: an integer >= {low}")
+    return TrialConfig(
+        knobs=knobs,
+        launch_params={k: v for k, v in params.items() if k.startswith(LAUNCH_KNOB_PREFIX)},
+        model=model, data=dict(raw.get("data") or {}),
+        warmup_steps=trial["warmup_steps"], measure_steps=trial["measure_steps"],
+        backend=str((raw.get("cluster") or {}).get("backend", "gloo")), seed=int(raw.get("seed", 0)))
+
+
+def load_config(path: str | Path) -> TrialConfig:
+    """Read and parse a TUNER_TRIAL_CONFIG file (see :func:`parse_config`)."""
+    try:
+        raw = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise TrialConfigError(f"trial config {path}: {exc}") from None
+    return parse_config(raw)
+
+
+# ------------------------------------------------------------------- protocol output
+
+class ResultWriter:
+    """Appends protocol lines, each flushed, so a killed trial keeps its finished steps."""
+
+    def __init__(self, path: str | None, *, enabled: bool = True) -> None:
+        self.path, self.enabled = path, enabled
+
+    def emit(self, event: Mapping[str, Any]) -> None:
+        if not self.enabled:
+            return
+        line = json.dumps(event) + "\n"
+        if not self.path:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            return
+        with open(self.path, "a") as fh:  # O_APPEND: short lines from two ranks don't interleave
+            fh.write(line)
+            fh.flush()
+
+    def has_error(self) -> bool:
+        """Whether some rank already wrote an error line (the first failure is the cause)."""
+        if not self.path or not Path(self.path).exists():
+            return False
+        return '"event": "error"' in Path(self.path).read_text(errors="replace")
+
+
+def classify_error(exc: BaseException) -> str:
+    """`oom` for out-of-memory of any allocator, else `error`.
+
+    Example:
+        >>> classify_error(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+        'oom'
+    """
+    torch = sys.modules.get("torch")  # no torch yet: no torch OOM (and no 2 s import on the way out)
+    if isinstance(exc, MemoryError) or (torch is not None and isinstance(exc, torch.OutOfMemoryError)):
+        return "oom"
+    return "oom" if "out of memory" in str(exc).lower() else "error"
+
+
+def error_event(exc: BaseException, *, rank: int) -> dict[str, Any]:
+    """The protocol's error line for ``exc``: kind, the reason on one line, which rank.
+
+    All of the message's lines are kept (joined by " | "): NCCL puts the reason ("no
+    algorithm/protocol available ...") on a "Last error:" line after the first.
+    """
+    text = " | ".join(ln.strip() for ln in str(exc).splitlines() if ln.strip())
+    return {"event": "error", "kind": classify_error(exc), "rank": rank,
+            "message": f"{type(exc).__name__}: {text}"[:1000]}
+
+
+# ------------------------------------------------------------------------ measurement
+
+def peak_memory_gib(device) -> tuple[float, str]:
+    """(peak, what it measures): CUDA allocator peak on GPU, the process's peak RSS on CPU."""
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30, "cuda_max_allocated"
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30, "cpu_peak_rss"  # KiB on Linux
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (Linux /proc), else since this module's import."""
+    try:
+        stat = Path("/proc/self/stat").read_text()
+        start_ticks = int(stat[stat.rfind(")") + 2:].split()[19])  # field 22, starttime (proc(5))
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return time.perf_counter() - _IMPORT_S
+
+
+def peak_flops_for(device_name: str) -> tuple[str | None, float | None]:
+    """(helper GPU name, dense bf16 peak FLOP/s) of a CUDA device name; (None, None) if unknown.
+
+    Example:
+        >>> peak_flops_for("NVIDIA H100 80GB HBM3"), peak_flops_for("NVIDIA H100 PCIe")
+        (('H100-80GB', 989000000000000.0), (None, None))
+    """
+    from helper.gpus import get_gpu
+
+    for pattern, gpu in CUDA_NAME_TO_GPU:
+        if pattern.lower() in device_name.lower():
+            return (gpu, get_gpu(gpu).peak_flops) if gpu else (None, None)
+    return None, None
+
+
+def model_flops_per_token(hf_config, n_params: int, seq_len: int) -> float:
+    """Model FLOPs per trained token, via helper.throughput.flops_per_token (6 N_matmul +
+    12 L H T; recomputation from checkpointing not counted, as MFU is defined)."""
+    from helper.presets import ModelArch
+    from helper.sizes import ModelShape
+    from helper.throughput import flops_per_token
+
+    c = hf_config
+    arch = ModelArch(name="trial", n_layers=c.num_hidden_layers, hidden=c.hidden_size, n_heads=c.num_attention_heads,
+                     n_kv_heads=getattr(c, "num_key_value_heads", None) or c.num_attention_heads,
+                     intermediate=c.intermediate_size, vocab=c.vocab_size, max_seq_len=seq_len)
+    return flops_per_token(ModelShape(n_params=float(n_params), arch=arch, label="trial", note=""), seq_len)
+
+
+# ---------------------------------------------------------------------- data and model
+
+def build_data(config: TrialConfig, *, rank: int, world_size: int, pin_memory: bool = False,
+               broadcast: Callable[[str | None], str] | None = None):
+    """(tokenizer, DataLoader) of this rank, exactly as the trial builds them.
+
+    A `train` tokenizer is trained (or read from the cache) by rank 0 alone and sent to the
+    others with ``broadcast`` (rank 0's string in, everyone's copy out), so ranks on other
+    nodes need no shared cache directory. Without ``broadcast`` every rank reads the cache
+    (how tests replay a finished trial's batches). HF tokenizers load on every rank.
+    """
+    from objectives.data import TextTokenizer, build_dataloader, load_examples, load_tokenizer
+
+    examples = load_examples(config.data)
+    if config.data.get("tokenizer", "train") != "train":
+        tokenizer = load_tokenizer(config.data, examples)
+    elif broadcast is None:
+        tokenizer = load_tokenizer(config.data, examples, is_writer=rank == 0)
+    else:
+        tokenizer = load_tokenizer(config.data, examples) if rank == 0 else None
+        payload = broadcast(tokenizer.to_json() if tokenizer is not None else None)
+        tokenizer = tokenizer or TextTokenizer.from_json(payload)
+    k = config.knobs
+    loader = build_dataloader(examples, tokenizer, seq_len=config.seq_len, micro_batch=k.micro_batch,
+                              padding=k.padding, num_workers=k.num_workers, prefetch_factor=k.prefetch_factor,
+                              rank=rank, world_size=world_size, seed=config.seed, pin_memory=pin_memory)
+    return tokenizer, loader
+
+
+def broadcast_from_rank0(text: str | None) -> str:
+    """Rank 0's string on every rank (torch.distributed.broadcast_object_list)."""
+    import torch.distributed as dist
+
+    box = [text]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def build_sharded_model(config: TrialConfig, *, vocab_size: int, device) -> tuple[Any, Any]:
+    """Meta model -> activation checkpointing per block -> fully_shard each block, then the
+    root -> storage and weights. The order of torchtitan's parallelize_llama."""
+    import torch
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    from objectives.models import build_model, load_pretrained, materialize, transformer_blocks
+
+    model = build_model(config.model, vocab_size=vocab_size)
+    if config.knobs.activation_checkpointing:
+        layers = model.get_decoder().layers
+        for i, block in enumerate(transformer_blocks(model)):
+            layers[i] = checkpoint_wrapper(block)  # non-reentrant torch.utils.checkpoint
+    dtype = {"auto": torch.bfloat16 if device.type == "cuda" else torch.float32,
+             "bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[config.model.get("dtype", "auto")]
+    # Compute in `dtype`, reduce gradients in fp32, keep fp32 master weights (torchtitan's default).
+    mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+    for block in transformer_blocks(model):
+        fully_shard(block, mp_policy=mp, reshard_after_forward=config.knobs.reshard_after_forward)
+    fully_shard(model, mp_policy=mp, reshard_after_forward=config.knobs.reshard_after_forward)
+    materialize(model, device, seed=config.seed)
+    if config.model.get("path"):
+        load_pretrained(model, config.model["path"])
+    model.train()
+    return model, dtype
+
+
+# -------------------------------------------------------------------------- one step
+
+@dataclass(frozen=True)
+class StepStats:
+    """One optimizer step on this rank."""
+
+    step_time_s: float
+    """Wall time of the step, device synchronised at both ends."""
+    data_wait_s: float
+    """Time blocked in the DataLoader's next()."""
+    tokens: int
+    """Non-padding tokens of the step's micro-batches."""
+    padded_tokens: int
+    """Tokens computed, padding included."""
+    loss: Any
+    """Last micro-batch's loss (a tensor: read it after timing)."""
+
+
+def train_step(model, optimizer, batches: Iterator[dict], *, grad_accum: int, device, packed: bool,
+               sync: Callable[[], None]) -> StepStats:
+    """grad_accum forward/backward passes, gradient sync only on the last, one AdamW step."""
+    from objectives.data import count_tokens
+
+    sync()
+    t0 = time.perf_counter()
+    wait_s, tokens, padded = 0.0, 0, 0
+    for micro in range(grad_accum):
+        tw = time.perf_counter()
+        batch = next(batches)
+        wait_s += time.perf_counter() - tw
+        tokens += count_tokens(batch)
+        padded += batch["input_ids"].numel()
+        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+        model.set_requires_gradient_sync(micro == grad_accum - 1)  # reduce-scatter once per step
+        mask = None if packed else batch["attention_mask"]  # packed rows: plain causal attention
+        loss = model(input_ids=batch["input_ids"], attention_mask=mask, labels=batch["labels"]).loss
+        (loss / grad_accum).backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    sync()
+    return StepStats(time.perf_counter() - t0, wait_s, tokens, padded, loss.detach())
+
+
+# ------------------------------------------------------------------------------ trial
+
+def run_trial(config: TrialConfig, writer: ResultWriter) -> dict[str, Any]:
+    """Run the trial in an initialised process group; emit step lines and return the summary."""
+    import torch
+    import torch.distributed as dist
+
+    from objectives.data import iterate_batches
+    from objectives.models import count_params
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    use_cuda = config.backend == "nccl"
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if use_cuda else torch.device("cpu")
+    sync = (lambda: torch.cuda.synchronize(device)) if use_cuda else (lambda: None)
+    random.seed(config.seed)
+    torch.manual_seed(config.seed)
+    knobs = config.knobs
+
+    # ---- data: tokenization happens in the DataLoader workers
+    tokenizer, loader = build_data(config, rank=rank, world_size=world, pin_memory=use_cuda,
+                                   broadcast=broadcast_from_rank0)
+    batches = iterate_batches(loader)
+
+    # ---- model: built on meta, sharded, then materialised; AdamW over the shards
+    model, dtype = build_sharded_model(config, vocab_size=tokenizer.vocab_size, device=device)
+    n_params = count_params(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, fused=use_cuda)
+
+    # ---- steps: warm-up, then measured
+    total_tokens = total_padded = 0
+    total_s = total_wait_s = 0.0
+    startup_s = None
+    for step in range(config.warmup_steps + config.measure_steps):
+        if step == config.warmup_steps:
+            startup_s = process_age_s()
+        stats = train_step(model, optimizer, batches, grad_accum=knobs.grad_accum, device=device,
+                           packed=knobs.padding == "packed", sync=sync)
+        counts = torch.tensor([stats.tokens, stats.padded_tokens], dtype=torch.float64, device=device)
+        dist.all_reduce(counts)  # every rank's tokens
+        times = torch.tensor([stats.step_time_s, stats.data_wait_s], dtype=torch.float64, device=device)
+        dist.all_reduce(times, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
+        if step < config.warmup_steps:
+            continue
+        tokens, padded = int(counts[0].item()), int(counts[1].item())
+        step_s, wait_s = times.tolist()
+        total_tokens, total_padded = total_tokens + tokens, total_padded + padded
+        total_s, total_wait_s = total_s + step_s, total_wait_s + wait_s
+        writer.emit({"event": "step", "step": step, "tokens": tokens, "seconds": step_s,
+                     "padded_tokens": padded, "data_wait_s": wait_s, "loss": float(stats.loss.item())})
+
+    # ---- summary
+    mem_gib, mem_kind = peak_memory_gib(device)
+    mem = torch.tensor([mem_gib], dtype=torch.float64, device=device)
+    dist.all_reduce(mem, op=dist.ReduceOp.MAX)
+    device_name = torch.cuda.get_device_name(device) if use_cuda else "cpu"
+    _, peak_flops = peak_flops_for(device_name) if use_cuda else (None, None)
+    mfu = None
+    if peak_flops:  # all computed tokens (padding too: the GPU did that work), per GPU
+        flops = model_flops_per_token(model.config, n_params, config.seq_len)
+        mfu = total_padded / total_s / world * flops / peak_flops
+    summary = {
+        "event": "summary", "tokens_per_sec_per_gpu": total_tokens / total_s / world,
+        "peak_mem_gib": mem.item(), "data_wait_frac": total_wait_s / total_s,
+        "peak_mem_kind": mem_kind + ", max over ranks", "data_wait_kind": "slowest rank per step",
+        "step_time_s": total_s / config.measure_steps, "measured_steps": config.measure_steps,
+        "warmup_steps": config.warmup_steps, "world_size": world, "tokens_counted": "non_padding",
+        "padding_efficiency": total_tokens / total_padded if total_padded else None,
+        "timing": ("cuda-synchronized" if use_cuda else "cpu") + " wall clock per optimizer step, slowest rank",
+        "startup_seconds": startup_s, "mfu": mfu, "mfu_peak_flops": peak_flops, "device": device_name,
+        "dtype": str(dtype).removeprefix("torch."), "n_params": n_params,
+        "knobs": asdict(knobs), "launch_params": config.launch_params,
+        "nccl_env": {var: os.environ.get(var) for var in NCCL_ENV_VARS},
+        "torch_version": torch.__version__,
+    }
+    writer.emit(summary)
+    return summary
+
+
+def init_distributed(backend: str) -> None:
+    """init_process_group from torchrun's environment, or a world of one without it."""
+    import torch
+    import torch.distributed as dist
+
+    if backend not in ("nccl", "gloo"):
+        raise TrialConfigError(f"cluster.backend {backend!r}: nccl (GPU) or gloo (CPU)")
+    device_id = None
+    if backend == "nccl":
+        if not torch.cuda.is_available():
+            raise TrialConfigError('cluster.backend "nccl" needs CUDA; use backend = "gloo" on CPU')
+        device_id = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device_id)
+    if "RANK" in os.environ:
+        dist.init_process_group(backend=backend, device_id=device_id)
+    else:  # plain `python -m objectives.fsdp_finetune`
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1, device_id=device_id)
+
+
+def main() -> int:
+    rank = int(os.environ.get("RANK", "0"))
+    writer = ResultWriter(os.environ.get("TUNER_RESULT_FILE"), enabled=rank == 0)
+    # Workers tokenize one text at a time; the Rust pool only adds a fork warning.
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        if "TUNER_TRIAL_CONFIG" not in os.environ:
+            raise TrialConfigError("TUNER_TRIAL_CONFIG is not set (path of the trial config JSON)")
+        config = load_config(os.environ["TUNER_TRIAL_CONFIG"])
+        init_distributed(config.backend)
+        import torch.distributed as dist
+
+        run_trial(config, writer)
+        dist.barrier()
+        dist.destroy_process_group()
+        return 0
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - every failure becomes a protocol line
+        # The failing rank reports, then exits at once without destroy_process_group: peers
+        # may sit in a collective that never completes; torchrun sees the exit and stops
+        # them. A peer's collective that fails because of it (gloo: "Connection reset by
+        # peer") is a consequence, not the cause: a line already written wins. A config
+        # error is every rank's: rank 0 reports it, the others wait to be stopped, so rank 0
+        # is not killed before its line is written.
+        traceback.print_exc()
+        sys.stderr.flush()
+        if isinstance(exc, TrialConfigError) and rank != 0:
+            time.sleep(CONFIG_ERROR_GRACE_S)
+        elif not writer.has_error():
+            writer.enabled = True
+            writer.emit(error_event(exc, rank=rank))
+        sys.stdout.flush()
+        os._exit(1)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,65 @@
+"""The command line: one clear error line for bad input; a real run read by Optuna's own CLI."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spine_helpers import fast_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def tuner(*args, cwd, env=None, timeout=300):
+    return subprocess.run([sys.executable, "-m", "tuner.cli", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def test_help_explains_every_command(tmp_path):
+    out = tuner("--help", cwd=tmp_path)
+    assert out.returncode == 0
+    for cmd in ("run", "status", "analyze", "report", "distill", "suggest"):
+        assert cmd in out.stdout
+    run_help = tuner("run", "--help", cwd=tmp_path).stdout
+    assert "40gpuh" in run_help and "TUNER_STORAGE" in run_help
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["run", "--study", "missing.toml"], "missing.toml: cannot read spec"),
+    (["run", "--study", str(ROOT / "studies/quickstart.toml"), "--budget", "40h"], "--budget: bad budget '40h'"),
+    (["run", "--study", str(ROOT / "studies/quickstart.toml"), "--storage", "sqlite:////no/such/dir/t.db"], "folder /no/such/dir does not exist"),
+    (["status", "--storage", "sqlite:///absent.db"], "no such database file"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
+    out = tuner(*args, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], out.stderr
+    assert not list(tmp_path.glob("*.db")), "nothing half-written"
+
+
+def test_storage_precedence_flag_env_default(tmp_path):
+    spec = fast_spec(tmp_path)
+    env = {"TUNER_STORAGE": f"sqlite:///{tmp_path}/env.db", "FAST_OBJECTIVE_MODE": "ok"}
+    out = tuner("run", "--study", spec.source_path, "--budget", "15gpus", "--max-trials", "1", "--quiet",
+                cwd=tmp_path, env=env)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "env.db").exists() and not (tmp_path / "tuner.db").exists()
+    status = tuner("status", cwd=tmp_path, env=env)
+    assert "ok 1" in status.stdout and "best: trial 0 (baseline)" in status.stdout
+
+
+def test_run_then_status_then_optuna_best_trial(tmp_path):
+    spec = fast_spec(tmp_path)
+    out = tuner("run", "--study", spec.source_path, "--budget", "40gpus", "--quiet", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "stopped: budget" in out.stdout and "best: trial" in out.stdout
+    best = subprocess.run(["optuna", "best-trial", "--study-name", "fast", "--storage",
+                           "sqlite:///tuner.db", "-f", "json"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert best.returncode == 0, best.stderr
+    record = json.loads(best.stdout)
+    assert record["user_attrs"]["status"] == "ok" and record["value"] > 0

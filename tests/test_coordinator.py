@@ -1,0 +1,183 @@
+"""The ask -> admit -> launch -> tell loop, with an in-process launcher (no processes)."""
+
+import time
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from spine_helpers import fast_spec
+from tuner.coordinator import RunOptions, StudyConflictError, open_study, plan_ablation, run_study
+from tuner.launch import Launcher, TrialResult
+from tuner.space import suggest_params
+from tuner.storage import open_storage
+
+
+class FakeLauncher(Launcher):
+    """10 GPU-seconds a trial; throughput 1000 x micro_batch (+50 packed); Tree fails; mb 4 OOMs."""
+
+    name = "fake"
+
+    def __init__(self, spec, interrupt_at=None):
+        super().__init__(spec)
+        self.calls, self.interrupt_at = [], interrupt_at
+
+    def launch(self, request):
+        self.calls.append(request)
+        if self.interrupt_at is not None and len(self.calls) == self.interrupt_at:
+            raise KeyboardInterrupt
+        p = request.params
+        common = dict(launcher="fake", world_size=2, gpu_seconds=10.0, wall_seconds=5.0)
+        if p["nccl_algo"] == "Tree":
+            return TrialResult(status="error", message="no algorithm/protocol available", **common)
+        if p["micro_batch"] == 4:
+            return TrialResult(status="oom", message="out of memory", **common)
+        tps = 1000.0 * p["micro_batch"] + (50.0 if p["padding"] == "packed" else 0.0)
+        return TrialResult(status="ok", step_values=tuple((s, tps + (s % 2)) for s in range(1, 5)), **common)
+
+
+def options(tmp_path, **kw):
+    return RunOptions(storage_url=f"sqlite:///{tmp_path}/t.db", runs_dir=tmp_path / "runs", **kw)
+
+
+def load(tmp_path, name="fast"):
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{tmp_path}/t.db")
+
+
+def test_study_record_budget_and_baseline(tmp_path):
+    spec = fast_spec(tmp_path)
+    summary = run_study(spec, options(tmp_path, budget_gpu_seconds=95.0), launcher=FakeLauncher(spec))
+    study = load(tmp_path)
+    trials = study.get_trials()
+    assert trials[0].user_attrs["role"] == "baseline"
+    assert trials[0].params == {"micro_batch": 1, "padding": "max_length", "nccl_algo": "default"}
+    assert summary.stopped == "budget" and summary.launched == 9       # 9 x 10 <= 95 < 10 x 10
+    assert summary.used_gpu_seconds <= 95.0
+    assert all(t.state == TrialState.COMPLETE for t in trials)
+    for t in trials:
+        status = t.user_attrs["status"]
+        assert t.user_attrs["gpu_seconds"] == 10.0 and t.user_attrs["reserved_gpu_seconds"] > 0
+        if status == "ok":
+            assert t.system_attrs["constraints:failed"] == 0.0
+            assert sorted(t.intermediate_values) == [1, 2, 3, 4]
+            assert t.value == pytest.approx(sum(t.intermediate_values.values()) / 4)
+        else:
+            assert t.value == 0.0 and t.system_attrs["constraints:failed"] == 1.0
+    assert study.best_trial.user_attrs["status"] == "ok"
+    attrs = study.user_attrs
+    assert attrs["budget_limit_gpu_seconds"] == 95.0 and attrs["spec"]["model"]["preset"] == "tiny"
+    assert attrs["simulated"] is False
+
+
+def test_ctrl_c_then_resume(tmp_path):
+    spec = fast_spec(tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        run_study(spec, options(tmp_path, budget_gpu_seconds=60.0), launcher=FakeLauncher(spec, interrupt_at=2))
+    study = load(tmp_path)
+    interrupted = [t for t in study.trials if t.state == TrialState.FAIL]
+    assert len(interrupted) == 1 and interrupted[0].user_attrs["gpu_seconds"] >= 0
+    waiting = [t for t in study.trials if t.state == TrialState.WAITING]
+    assert len(waiting) == 1 and waiting[0].user_attrs["retry_of"] == interrupted[0].number
+    launcher = FakeLauncher(spec)
+    run_study(spec, options(tmp_path), launcher=launcher)                # the same command again
+    assert launcher.calls[0].params["micro_batch"] == interrupted[0].params["micro_batch"]
+    study = load(tmp_path)
+    assert not [t for t in study.trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+
+
+def test_dead_coordinators_trial_goes_stale_counts_and_is_retried_once(tmp_path):
+    spec = fast_spec(tmp_path)
+    study, _ = open_study(spec, options(tmp_path, budget_gpu_seconds=100.0))
+    dead = study.ask()                                    # the baseline, as a dead coordinator left it
+    params = suggest_params(dead, spec)
+    dead.set_user_attr("reserved_gpu_seconds", 30.0)
+    storage = open_storage(f"sqlite:///{tmp_path}/t.db")
+    storage.record_heartbeat(dead._trial_id)
+    time.sleep(2.5)
+    launcher = FakeLauncher(spec)
+    summary = run_study(spec, options(tmp_path, grace_period_s=1), launcher=launcher)
+    study = load(tmp_path)
+    assert study.trials[0].state == TrialState.FAIL
+    assert launcher.calls[0].params == {**params, "activation_checkpointing": False, "nccl_proto": "default"}
+    retry = study.trials[1]
+    assert retry.user_attrs["retry_of"] == 0 and retry.user_attrs["role"] == "baseline"
+    # the dead trial's reservation counts: 30 + 7 x 10 = 100
+    assert summary.used_gpu_seconds == pytest.approx(100.0) and summary.launched == 7
+
+
+def test_ablation_after_search(tmp_path):
+    spec = fast_spec(tmp_path, ablation_share=0.3)
+    run_study(spec, options(tmp_path, budget_gpu_seconds=200.0), launcher=FakeLauncher(spec))
+    study = load(tmp_path)
+    ablation = [t for t in study.trials if t.user_attrs.get("role") == "ablation"]
+    search = [t for t in study.trials if t.user_attrs.get("role") != "ablation"]
+    best = max((t for t in search if t.user_attrs["status"] == "ok"), key=lambda t: t.value)
+    assert ablation[0].params == best.params and "ablation_knob" not in ablation[0].user_attrs
+    base = study.trials[0].params
+    for t in ablation[1:]:
+        knob = t.user_attrs["ablation_knob"]
+        assert t.params[knob] == base[knob]
+        assert {k: v for k, v in t.params.items() if k != knob} == {k: v for k, v in best.params.items() if k != knob}
+    assert {t.user_attrs["ablation_knob"] for t in ablation[1:]} == {k for k in base if base[k] != best.params[k]}
+
+
+def test_plan_ablation_handles_the_conditional_knob(tmp_path):
+    spec = fast_spec(tmp_path, extra_space="num_workers = [0, 2]\nprefetch_factor = [2, 4]", baseline=False)
+    best = {"micro_batch": 2, "num_workers": 2, "prefetch_factor": 4}
+    runs = dict(plan_ablation(spec, best, {"micro_batch": 1, "num_workers": 0}))
+    assert runs[None] == best
+    assert runs["num_workers"] == {"micro_batch": 2, "num_workers": 0}   # prefetch_factor dropped
+    assert "prefetch_factor" not in runs                                  # not a one-knob change
+
+
+def test_joining_with_another_spec_is_refused_with_a_diff(tmp_path):
+    spec = fast_spec(tmp_path)
+    open_study(spec, options(tmp_path, budget_gpu_seconds=50.0))
+    other = fast_spec(tmp_path, timeout_s=99)
+    with pytest.raises(StudyConflictError, match=r"trial.timeout_s: 60(\.0)? -> 99"):
+        open_study(other, options(tmp_path))
+
+
+def test_no_budget_anywhere_is_an_error_and_creates_nothing(tmp_path):
+    spec = fast_spec(tmp_path)
+    with pytest.raises(StudyConflictError, match="no budget"):
+        open_study(spec, options(tmp_path))
+    assert optuna.get_all_study_names(f"sqlite:///{tmp_path}/t.db") == []
+
+
+class FlakyInfraLauncher(FakeLauncher):
+    """The first trial loses its node: not the config's fault."""
+
+    def launch(self, request):
+        result = super().launch(request)
+        if len(self.calls) == 1:
+            return TrialResult(status="error", message="slurm: NODE_FAIL", launcher="fake", world_size=2,
+                               gpu_seconds=4.0, wall_seconds=2.0, extra={"slurm_failure": True})
+        return result
+
+
+def test_infrastructure_failure_is_fail_charged_and_retried_not_a_constraint(tmp_path):
+    spec = fast_spec(tmp_path)
+    launcher = FlakyInfraLauncher(spec)
+    run_study(spec, options(tmp_path, budget_gpu_seconds=24.0), launcher=launcher)
+    study = load(tmp_path)
+    first, retry = study.trials[0], study.trials[1]
+    assert first.state == TrialState.FAIL and first.user_attrs["gpu_seconds"] == 4.0
+    assert "constraints:failed" not in first.system_attrs
+    assert retry.user_attrs["retry_of"] == 0 and retry.params == first.params
+    assert retry.user_attrs["role"] == "baseline" and retry.user_attrs["status"] == "ok"
+
+
+class BrokenLauncher(FakeLauncher):
+    def launch(self, request):
+        raise RuntimeError("sbatch refused: invalid account")
+
+
+def test_a_broken_launcher_leaves_no_running_trial(tmp_path):
+    spec = fast_spec(tmp_path)
+    with pytest.raises(RuntimeError, match="sbatch refused"):
+        run_study(spec, options(tmp_path, budget_gpu_seconds=50.0), launcher=BrokenLauncher(spec))
+    study = load(tmp_path)
+    assert study.trials[0].state == TrialState.FAIL
+    assert "sbatch refused" in study.trials[0].user_attrs["message"]
+    assert not [t for t in study.trials if t.state == TrialState.RUNNING]

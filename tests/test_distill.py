@@ -1,0 +1,115 @@
+"""tuner.distill: finished Optuna studies (written directly with optuna) -> calibration JSON."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import TrialState, create_trial
+
+import helper
+from helper.calibration import resolve_constants
+from helper.fitting import measurement_plan
+from helper.throughput import step_time_breakdown
+from tuner.coordinator import StudyConflictError
+from tuner.distill import distill, study_measurements
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+TRUTH = {"compute_efficiency": 0.15, "micro_step_overhead_s": 0.05, "data_cost_s_per_example": 0.002}
+SPACE = {"micro_batch": [2, 4, 8], "grad_accum": [1, 2], "num_workers": [0, 1, 2],
+         "nccl_algo": ["default", "Ring"]}
+SPEC = {"study": {"name": "q"}, "budget": {"limit_gpu_seconds": 180.0},
+        "model": {"preset": "tiny", "path": None, "seq_len": 256, "dtype": "auto",
+                  "activation_checkpointing": False},
+        "data": {"source": "synthetic"}, "cluster": {"launcher": "local", "nodes": 1, "gpus_per_node": 2,
+                                                     "backend": "gloo", "gpu": "cpu"},
+        "trial": {"warmup_steps": 2, "measure_steps": 8}, "space": {k: {"choices": v} for k, v in SPACE.items()},
+        "baseline": {"micro_batch": 4, "grad_accum": 1, "num_workers": 0, "padding": "packed",
+                     "nccl_algo": "default"}}
+
+
+def _truth_tps(params: dict) -> float:
+    m = {"preset": "tiny", "gpu": "cpu", "gpu_count": 2, "gpus_per_node": 2, "seq_len": 256,
+         "padding": "packed", **params}
+    plan, _ = measurement_plan(m)
+    consts = {**resolve_constants(None, "cpu")[0], **TRUTH}
+    return step_time_breakdown(plan, consts)["tokens_per_sec_per_gpu"]
+
+
+def _make_study(storage, name: str = "q", *, spec: dict | None = SPEC) -> optuna.Study:
+    study = optuna.create_study(study_name=name, storage=storage, direction="maximize")
+    if spec is not None:
+        study.set_user_attr("spec", spec)
+        study.set_user_attr("launcher", "local")
+    dists = {k: CategoricalDistribution(v) for k, v in SPACE.items()}
+    for mb, ga, w in itertools.product(SPACE["micro_batch"], SPACE["grad_accum"], SPACE["num_workers"]):
+        params = {"micro_batch": mb, "grad_accum": ga, "num_workers": w, "nccl_algo": "default"}
+        attrs = {"status": "ok", "world_size": 2, "gpu_seconds": 30.0, "startup_seconds": 9.0}
+        study.add_trial(create_trial(params=params, distributions=dists, value=_truth_tps(params),
+                                     user_attrs=attrs))
+    oom = {"micro_batch": 8, "grad_accum": 2, "num_workers": 0, "nccl_algo": "Ring"}
+    study.add_trial(create_trial(params=oom, distributions=dists, value=0.0,
+                                 user_attrs={"status": "oom", "gpu_seconds": 5.0}))
+    study.add_trial(create_trial(params=oom, distributions=dists, state=TrialState.FAIL))
+    return study
+
+
+def test_distill_sqlite_study_writes_a_calibration_the_helper_loads(tmp_path):
+    url = f"sqlite:///{tmp_path / 'tuner.db'}"
+    _make_study(url)
+    out = tmp_path / "cal" / "calibration.json"
+    cal = distill(url, ["q"], out)
+    assert out.exists() and json.loads(out.read_text())["source"] == cal["source"]
+    loaded = helper.load_calibration(out)
+    assert "q" in loaded["source"] and loaded["provenance"]["studies"] == ["q"]
+    q = cal["quality"]
+    assert q["n_used"] == 18 and q["n_measurements"] == 18          # oom and FAIL trials left out
+    assert q["median_abs_pct_error"] < 1.0
+    assert set(q["per_knob"]["num_workers"]) == {"0", "1", "2"}
+    block = loaded["constants"]["cpu"]
+    assert block["compute_efficiency"] == pytest.approx(TRUTH["compute_efficiency"], rel=0.1)
+    assert block["startup_fixed_s"] > 0 and "startup_fixed_s" in loaded["informed"]["cpu"]
+    # the published GPU constants survive a CPU-only distillation
+    assert loaded["constants"]["H100-80GB"] == helper.load_calibration()["constants"]["H100-80GB"]
+    # and suggest/predict use it, saying so
+    tps = helper.predict_throughput("tiny", 2, gpu="cpu", seq_len=256, micro_batch=4, gpus_per_node=2,
+                                    calibration=str(out))
+    assert tps.source == cal["source"]
+    assert helper.suggest_config("tiny", 2, 2000, gpu="cpu", seq_len=256, gpus_per_node=2,
+                                 calibration=loaded)["source"] == cal["source"]
+
+
+def test_distill_accepts_a_storage_object_and_several_studies(tmp_path):
+    storage = optuna.storages.InMemoryStorage()
+    _make_study(storage, "a")
+    _make_study(storage, "b")
+    cal = distill(storage, ["a", "b"], tmp_path / "c.json")
+    assert cal["quality"]["n_used"] == 36 and cal["provenance"]["studies"] == ["a", "b"]
+
+
+def test_measurements_take_knobs_from_params_then_baseline(tmp_path):
+    storage = optuna.storages.InMemoryStorage()
+    study = _make_study(storage)
+    ms = study_measurements(study)
+    m = ms[0]
+    assert m["preset"] == "tiny" and m["gpu"] == "cpu" and m["gpu_count"] == 2 and m["seq_len"] == 256
+    assert m["padding"] == "packed"                 # not searched: from the spec's baseline
+    assert m["startup_seconds"] == 9.0 and "prefetch_factor" not in m   # num_workers 0 first
+
+
+def test_distill_errors_name_the_problem(tmp_path):
+    storage = optuna.storages.InMemoryStorage()
+    with pytest.raises(StudyConflictError, match="no study named 'nope'"):
+        distill(storage, ["nope"], tmp_path / "x.json")
+    _make_study(storage, "plain", spec=None)
+    with pytest.raises(StudyConflictError, match="no `spec` user attr"):
+        distill(storage, "plain", tmp_path / "x.json")
+    empty = optuna.create_study(study_name="empty", storage=storage)
+    empty.set_user_attr("spec", SPEC)
+    with pytest.raises(StudyConflictError, match="no finished trial with status ok"):
+        distill(storage, "empty", tmp_path / "x.json")
+    assert not (tmp_path / "x.json").exists()

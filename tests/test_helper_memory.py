@@ -1,0 +1,162 @@
+"""helper.memory (and the size parsing it rests on): hand calculations and monotonicity."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from helper import estimate_memory, parse_dataset_size, parse_model_size
+from helper.memory import activation_bytes_per_token_per_layer, static_memory_gb
+
+REQUIRED = {"weights", "gradients", "optimizer", "static", "activations", "total"}
+
+
+# --- sizes ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, n", [(7e9, 7e9), ("7b", 7e9), ("7B", 7e9), ("13B", 13e9),
+                                     ("1.3b", 1.3e9), ("70b", 70e9), ("350m", 350e6), (6_738_415_616, 6_738_415_616)])
+def test_sizes_keep_the_exact_count_given(text, n):
+    assert parse_model_size(text).n_params == n
+
+
+def test_size_maps_to_nearest_preset_shape_or_a_scaled_llama():
+    assert parse_model_size("7b").arch.name == "llama-2-7b"          # 3.9 % from 6.74e9
+    assert parse_model_size("13B").arch.n_layers == 40
+    preset = parse_model_size("llama-2-13b")
+    assert preset.n_params == preset.arch.n_params
+    scaled = parse_model_size("1.3b")
+    assert scaled.arch.name.startswith("llama-like") and scaled.arch.hidden % scaled.arch.n_heads == 0
+    assert abs(scaled.arch.n_params - 1.3e9) / 1.3e9 < 0.1
+
+
+@pytest.mark.parametrize("bad", ["seven billion", "", "7x", -1, 0, True])
+def test_bad_model_size_is_a_value_error(bad):
+    with pytest.raises(ValueError):
+        parse_model_size(bad)
+
+
+@pytest.mark.parametrize("text, n", [("52k", 52_000), ("52K", 52_000), (52_000, 52_000), ("1.2M", 1_200_000),
+                                     ("52_000", 52_000), ("1e5", 100_000)])
+def test_dataset_sizes(text, n):
+    assert parse_dataset_size(text) == n
+
+
+def test_bad_dataset_size():
+    with pytest.raises(ValueError, match="dataset size"):
+        parse_dataset_size("lots")
+
+
+# --- static state: hand calculations ----------------------------------------------------------
+
+@pytest.mark.parametrize("size", [7e9, "7b"])
+def test_7b_static_state_is_112_gb(size):
+    mem = estimate_memory(size, 1, sharding="ddp")
+    assert mem["static"] == pytest.approx(112.0)                 # 16 B x 7e9
+    assert mem["weights"] == pytest.approx(14.0) and mem["optimizer"] == pytest.approx(84.0)
+    assert estimate_memory(size, 1, sharding="zero3")["static"] == pytest.approx(112.0)
+
+
+def test_13b_zero2_on_8_gpus_is_48_75_gb():
+    mem = estimate_memory("13b", 8, sharding="zero2")
+    assert mem["static"] == pytest.approx(2 * 13 + (2 + 12) * 13 / 8)
+    assert round(mem["static"], 2) == 48.75
+
+
+def test_zero_paper_table_7_5b_on_64_gpus():
+    # Rajbhandari et al. 2020, Fig. 1 (Psi = 7.5B, K = 12, Nd = 64): 120, 31.4, 16.6, 1.88 GB.
+    expected = {"ddp": 120.0, "zero1": 31.4, "zero2": 16.6, "zero3": 1.88}
+    for stage, gb in expected.items():
+        got = sum(static_memory_gb(7.5e9, 64, stage).values())
+        assert round(got, 2 if stage == "zero3" else 1) == pytest.approx(gb), stage
+
+
+def test_fsdp_is_zero3_and_keys_are_complete():
+    a = estimate_memory("13b", 8, sharding="fsdp")
+    b = estimate_memory("13b", 8, sharding="zero3")
+    assert a == b and REQUIRED <= set(a)
+    assert a["total"] == pytest.approx(sum(a[k] for k in ("static", "activations", "gathered_params",
+                                                          "grad_accum_buffer", "overhead")))
+
+
+def test_activations_are_zero_without_batch_and_seq_len():
+    assert estimate_memory("7b", 8)["activations"] == 0.0
+    assert estimate_memory("7b", 8, micro_batch=2)["activations"] == 0.0
+    assert estimate_memory("7b", 8, micro_batch=2, seq_len=2048)["activations"] > 0
+
+
+def test_unknown_sharding_and_gpu_are_value_errors():
+    with pytest.raises(ValueError, match="sharding"):
+        estimate_memory("7b", 8, sharding="zero4")
+    with pytest.raises(ValueError, match="known"):
+        estimate_memory("7b", 8, gpu="V100")
+
+
+# --- activations ------------------------------------------------------------------------------
+
+def test_llama_activation_bytes_follow_korthikanti_bookkeeping():
+    shape = parse_model_size("llama-2-7b")
+    h, i = 4096, 11008
+    # fp32 norm inputs 8h + bf16 norm outputs 4h; attention: q, k before RoPE, q, k, v after,
+    # SDPA output and its copy = 8h + 6 kv (kv = h), fp32 log-sum-exp 4a; SwiGLU MLP 8i
+    expected = 8 * h + 4 * h + (8 * h + 6 * h) + 4 * 32 + 8 * i
+    assert activation_bytes_per_token_per_layer(shape) == expected
+    # Same order as Korthikanti's 34 s b h for a GPT block (with its 4h GeLU MLP).
+    assert 30 * h < expected < 60 * h
+
+
+def test_checkpointing_keeps_only_block_inputs_plus_one_block():
+    shape = parse_model_size("llama-2-7b")
+    full = estimate_memory(shape, 8, micro_batch=1, seq_len=2048)["activations"]
+    ckpt = estimate_memory(shape, 8, micro_batch=1, seq_len=2048, activation_checkpointing=True)["activations"]
+    per_layer = activation_bytes_per_token_per_layer(shape) * 2048 / 1e9
+    logits = 2048 * 32000 * 14 / 1e9
+    assert full == pytest.approx(32 * per_layer + logits)
+    assert ckpt == pytest.approx(32 * 2 * 4096 * 2048 / 1e9 + per_layer + logits)
+    assert ckpt < full / 3
+
+
+# --- monotonicity -----------------------------------------------------------------------------
+
+SIZES = ("1.3b", "7b", "13b", "70b")
+
+
+@pytest.mark.parametrize("stage", ["zero1", "zero2", "zero3"])
+def test_more_gpus_never_raise_per_gpu_memory_under_sharding(stage):
+    for size, mb, ac in itertools.product(SIZES, (None, 1, 4), (False, True)):
+        totals = [estimate_memory(size, n, sharding=stage, micro_batch=mb, seq_len=2048,
+                                  activation_checkpointing=ac)
+                  for n in (2, 4, 8, 16, 32, 64, 128, 512)]
+        for key in ("static", "total"):
+            seq = [m[key] for m in totals]
+            assert all(b <= a + 1e-12 for a, b in zip(seq, seq[1:])), (size, mb, ac, key, seq)
+
+
+def test_ddp_memory_does_not_depend_on_gpu_count():
+    assert estimate_memory("7b", 2, sharding="ddp")["static"] == estimate_memory("7b", 64, sharding="ddp")["static"]
+
+
+@pytest.mark.parametrize("stage", ["ddp", "zero2", "zero3"])
+def test_larger_micro_batch_never_lowers_memory(stage):
+    for size, ac, seq in itertools.product(SIZES, (False, True), (512, 4096)):
+        totals = [estimate_memory(size, 8, sharding=stage, micro_batch=mb, seq_len=seq,
+                                  activation_checkpointing=ac)["total"] for mb in (1, 2, 3, 4, 8, 16)]
+        assert all(b >= a for a, b in zip(totals, totals[1:]))
+
+
+def test_checkpointing_lowers_activations():
+    for size, mb in itertools.product(SIZES, (1, 4)):
+        off = estimate_memory(size, 8, micro_batch=mb, seq_len=2048)
+        on = estimate_memory(size, 8, micro_batch=mb, seq_len=2048, activation_checkpointing=True)
+        assert on["activations"] < off["activations"] and on["total"] < off["total"]
+
+
+def test_fsdp2_options_cost_memory_where_they_should():
+    base = estimate_memory("7b", 8, micro_batch=1, seq_len=2048)
+    no_reshard = estimate_memory("7b", 8, micro_batch=1, seq_len=2048, reshard_after_forward=False)
+    assert no_reshard["gathered_params"] > base["gathered_params"] + 10   # all 14 GB of bf16 weights
+    accum = estimate_memory("7b", 8, micro_batch=1, seq_len=2048, grad_accum=4)
+    assert accum["grad_accum_buffer"] == pytest.approx(7e9 * 4 / 1e9)     # unsharded fp32 grads (no-sync)
+    synced = estimate_memory("7b", 8, micro_batch=1, seq_len=2048, grad_accum=4,
+                             reduce_scatter_every_micro_step=True)
+    assert synced["grad_accum_buffer"] == 0.0

@@ -1,0 +1,160 @@
+"""helper.throughput and helper.collectives: FLOPs, NCCL's model, and sanity of the step time."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+
+import pytest
+
+from helper import (GPUS, Prediction, UnsupportedCollective, estimate_padding_efficiency,
+                    estimate_startup_seconds, flops_per_token, parse_model_size, predict_step_time,
+                    predict_throughput)
+from helper.collectives import CollectiveChoice, choose_collective, collective_time_s
+from helper.throughput import plan_step, step_time_breakdown
+from helper.calibration import resolve_constants
+
+H100 = GPUS["H100-80GB"]
+
+
+def test_flops_per_token_is_6n_plus_attention_and_checkpointing_adds_a_forward():
+    shape = parse_model_size("llama-2-7b")
+    n_matmul = shape.n_params - 32000 * 4096
+    expected = 6 * n_matmul + 12 * 32 * 4096 * 2048
+    assert flops_per_token(shape, 2048) == pytest.approx(expected)
+    assert flops_per_token(shape, 2048, activation_checkpointing=True) == pytest.approx(expected * 8 / 6)
+
+
+def test_prediction_is_a_float_that_names_its_calibration():
+    tps = predict_throughput("7b", 8, micro_batch=2)
+    assert isinstance(tps, float) and isinstance(tps, Prediction)
+    assert tps.source.startswith("default") and tps.details["step_time_s"] > 0
+    assert json.loads(json.dumps({"v": tps}))["v"] == pytest.approx(float(tps))
+    assert 2000 < tps < 30000
+
+
+def test_interface_example_runs():
+    tps = predict_throughput(model_size="7b", gpu_count=8, gpu="A100-80GB", seq_len=2048,
+                             micro_batch=8, activation_checkpointing=False)
+    assert tps > 0
+
+
+def _tps(gpu_spec, *, constants=None, **kw) -> float:
+    plan = plan_step(kw.pop("model", "7b"), kw.pop("gpu_count", 32), gpu=gpu_spec, **kw)
+    consts, _ = resolve_constants(None, gpu_spec.name)
+    return step_time_breakdown(plan, {**consts, **(constants or {})})["tokens_per_sec_per_gpu"]
+
+
+@pytest.mark.parametrize("model, n, mb", list(itertools.product(("1.3b", "7b", "13b"), (8, 16, 64), (1, 4))))
+def test_more_communication_bandwidth_is_never_slower(model, n, mb):
+    prev = 0.0
+    for scale in (0.25, 0.5, 1, 2, 4):
+        faster = dataclasses.replace(H100, intra_node_gbs=H100.intra_node_gbs * scale,
+                                     net_gbs_per_gpu=H100.net_gbs_per_gpu * scale)
+        tps = _tps(faster, model=model, gpu_count=n, micro_batch=mb)
+        assert tps >= prev - 1e-9
+        prev = tps
+    effs = [_tps(H100, model=model, gpu_count=n, micro_batch=mb, constants={"bus_bw_efficiency": e})
+            for e in (0.2, 0.4, 0.8, 1.0)]
+    assert effs == sorted(effs)
+
+
+def test_ll_is_slower_than_simple_at_large_messages_and_faster_at_tiny_ones():
+    for nodes in (1, 4):
+        n = 8 * nodes
+        kw = dict(n=n, nodes=nodes, gpus_per_node=8, gpu=H100, constants={})
+        big, tiny = 4e8, 4e3
+        ll = CollectiveChoice(algo="ring", proto="ll", forced=True)
+        simple = CollectiveChoice(algo="ring", proto="simple", forced=True)
+        ll128 = CollectiveChoice(algo="ring", proto="ll128", forced=True)
+        assert collective_time_s("allgather", big, ll, **kw) > 2 * collective_time_s("allgather", big, simple, **kw)
+        assert collective_time_s("allgather", big, ll128, **kw) > collective_time_s("allgather", big, simple, **kw)
+        assert collective_time_s("allgather", tiny, ll, **kw) < collective_time_s("allgather", tiny, simple, **kw)
+    for n in (8, 32):
+        slow = predict_throughput("7b", n, micro_batch=1, nccl_proto="LL")
+        fast = predict_throughput("7b", n, micro_batch=1, nccl_proto="Simple")
+        assert slow < fast
+
+
+def test_default_lets_nccl_choose_like_its_tuner():
+    pick = lambda nbytes, nodes: choose_collective("allgather", nbytes, nccl_algo="default", nccl_proto=None,
+                                                   n=8 * nodes, nodes=nodes, gpus_per_node=8, gpu=H100)
+    assert (pick(4e8, 1).algo, pick(4e8, 1).proto) == ("ring", "simple")
+    assert pick(8e3, 1).proto == "ll" and not pick(8e3, 1).forced
+    # Tree's latency grows with log2(nodes), Ring's with ranks: small all-reduces go to Tree at scale.
+    ar = lambda nodes: choose_collective("allreduce", 1e6, nccl_algo=None, nccl_proto=None,
+                                         n=8 * nodes, nodes=nodes, gpus_per_node=8, gpu=H100)
+    assert ar(1).algo == "ring" and ar(64).algo == "tree"
+
+
+def test_tree_has_no_allgather_so_forcing_it_under_fsdp_fails():
+    with pytest.raises(UnsupportedCollective, match="no algorithm/protocol available for function AllGather"):
+        predict_throughput("7b", 8, nccl_algo="Tree")
+    assert predict_throughput("7b", 8, nccl_algo="Tree", sharding="ddp") > 0      # all-reduce has Tree
+    assert predict_throughput("7b", 8, nccl_algo="allreduce:tree") > 0          # per-collective: others free
+    with pytest.raises(UnsupportedCollective):
+        predict_throughput("7b", 8, nccl_algo="NVLS")        # NVLS reduce-scatter has no fp32 reduction
+    with pytest.raises(UnsupportedCollective):
+        predict_throughput("7b", 8, gpu="A100-80GB", nccl_algo="allgather:nvls")  # no NVSwitch multicast
+    with pytest.raises(ValueError, match="unknown NCCL"):
+        predict_throughput("7b", 8, nccl_proto="Fast")
+
+
+def test_activation_checkpointing_is_slower_at_the_same_micro_batch():
+    for model, n, mb in itertools.product(("1.3b", "7b", "13b"), (8, 32), (1, 4)):
+        assert predict_throughput(model, n, micro_batch=mb, activation_checkpointing=True) < \
+               predict_throughput(model, n, micro_batch=mb)
+
+
+def test_data_loading_stalls_only_when_workers_cannot_keep_up():
+    cal = {"schema_version": 1, "source": "test: slow tokenizer",
+           "constants": {"default": {}, "H100-80GB": {"data_cost_s_per_example": 0.05}}}
+    kw = dict(micro_batch=4, examples_per_sequence=8.0, calibration=cal)
+    serial = predict_step_time("7b", 8, num_workers=0, **kw)
+    one = predict_step_time("7b", 8, num_workers=1, **kw)
+    many = predict_step_time("7b", 8, num_workers=8, **kw)
+    assert serial["data_stall_s"] == pytest.approx(4 * 8 * 0.05)
+    assert serial["data_stall_s"] > one["data_stall_s"] > 0 == many["data_stall_s"]
+    assert serial["tokens_per_sec_per_gpu"] < one["tokens_per_sec_per_gpu"] < many["tokens_per_sec_per_gpu"]
+
+
+def test_padding_counts_only_real_tokens():
+    full = predict_throughput("7b", 8, micro_batch=2)
+    half = predict_throughput("7b", 8, micro_batch=2, padding_efficiency=0.5)
+    assert half == pytest.approx(full / 2)
+    assert estimate_padding_efficiency("packed", seq_len=2048) == 1.0
+    assert estimate_padding_efficiency("max_length", seq_len=2048, mean_tokens_per_example=512) == 0.25
+    longest = [estimate_padding_efficiency("longest", seq_len=2048, micro_batch=b) for b in (1, 2, 8, 64)]
+    assert longest[0] == 1.0 and longest == sorted(longest, reverse=True)
+
+
+def test_no_sync_accumulation_amortises_the_reduce_scatter():
+    kw = dict(micro_batch=1, seq_len=512, grad_accum=8)
+    once = predict_step_time("7b", 32, **kw)
+    every = predict_step_time("7b", 32, reduce_scatter_every_micro_step=True, **kw)
+    assert once["comm_s"] < every["comm_s"]
+    no_reshard = predict_step_time("7b", 32, reshard_after_forward=False, **kw)
+    assert no_reshard["comm_s"] < once["comm_s"]      # no backward all-gather
+
+
+def test_single_gpu_has_no_communication_and_cpu_ignores_nccl_settings():
+    assert predict_step_time("7b", 1)["comm_s"] == 0.0
+    a = predict_throughput("tiny", 2, gpu="cpu", seq_len=256, micro_batch=4, gpus_per_node=2)
+    b = predict_throughput("tiny", 2, gpu="cpu", seq_len=256, micro_batch=4, gpus_per_node=2,
+                           nccl_algo="Tree", nccl_proto="LL")
+    assert a == b and a > 0
+
+
+def test_startup_estimate():
+    small = estimate_startup_seconds("tiny", 2, gpu="cpu", gpus_per_node=2)
+    big = estimate_startup_seconds("70b", 64)
+    loaded = estimate_startup_seconds("70b", 64, load_weights=True)
+    assert 0 < small < big < loaded
+    assert big.source.startswith("default") and set(big.details) >= {"fixed_s", "model_init_s"}
+
+
+def test_bad_arguments_are_value_errors():
+    for kw in ({"micro_batch": 0}, {"grad_accum": -1}, {"padding_efficiency": 1.5}, {"num_workers": -1}):
+        with pytest.raises(ValueError):
+            predict_throughput("7b", 8, **kw)

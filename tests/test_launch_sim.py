@@ -1,0 +1,85 @@
+"""The simulated launcher: deterministic, NCCL's rules, OOM where memory does not fit, budget."""
+
+import dataclasses
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from helper.memory import estimate_memory
+from tuner.budget import ledger_from_trials
+from tuner.coordinator import RunOptions, run_study
+from tuner.launch import TrialRequest, get_launcher
+from tuner.space import complete_params
+from tuner.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEC = load_spec(ROOT / "studies/llama7b-h100x32.toml").with_launcher("sim")
+GOOD = {"nccl_algo": "default", "nccl_proto": "default", "num_workers": 2, "prefetch_factor": 2,
+        "grad_accum": 1, "micro_batch": 2, "padding": "packed", "activation_checkpointing": False}
+
+
+def launch(params, *, spec=SPEC, number=0, seed=None, **kw):
+    if seed is not None:
+        spec = dataclasses.replace(spec, study=dataclasses.replace(spec.study, seed=seed))
+    request = TrialRequest(study_name="s", number=number, params=complete_params(params, spec), spec=spec,
+                           run_dir=Path("/nonexistent"), **kw)
+    return get_launcher(spec).launch(request)
+
+
+def test_deterministic_per_seed_and_noisy_across_seeds():
+    a, b = launch(GOOD, seed=1), launch(GOOD, seed=1)
+    assert a == b and a.status == "ok"
+    c = launch(GOOD, seed=2)
+    assert c.step_values != a.step_values
+    assert c.extra["noiseless_tokens_per_sec_per_gpu"] == a.extra["noiseless_tokens_per_sec_per_gpu"]
+    assert a.extra["simulated"] is True and a.startup_seconds > 0
+    assert a.gpu_seconds == pytest.approx(32 * a.wall_seconds)
+
+
+def test_forcing_tree_on_fsdp_collectives_fails_like_nccl():
+    r = launch({**GOOD, "nccl_algo": "Tree"})
+    assert r.status == "error" and "no algorithm/protocol available" in r.message
+    assert r.gpu_seconds > 0 and not r.step_values                  # start-up is still paid
+
+
+def test_oom_where_the_memory_model_exceeds_the_gpu():
+    spec13 = load_spec(ROOT / "studies/sim-llama13b-h100x8.toml")
+    params = {**GOOD, "micro_batch": 8, "grad_accum": 4}
+    need = estimate_memory("llama-2-13b", 8, micro_batch=8, seq_len=2048, grad_accum=4, gpu="H100-80GB")["total"]
+    assert need > 80
+    r = launch(params, spec=spec13)
+    assert r.status == "oom" and "out of memory" in r.message
+
+
+def test_budget_cap_stops_a_trial():
+    r = launch(GOOD, max_gpu_seconds=32 * 60.0)
+    assert r.gpu_seconds <= 32 * 60.0 + 1e-6
+    assert r.status in ("ok", "timeout")
+
+
+def test_sim_study_respects_budget_and_is_flagged(tmp_path):
+    spec = dataclasses.replace(SPEC, study=dataclasses.replace(SPEC.study, name="simtest"))
+    summary = run_study(spec, RunOptions(storage_url=f"sqlite:///{tmp_path}/s.db", budget_gpu_seconds=6 * 3600.0,
+                                         runs_dir=tmp_path))
+    study = optuna.load_study(study_name="simtest", storage=f"sqlite:///{tmp_path}/s.db")
+    assert study.user_attrs["simulated"] is True and summary.simulated
+    assert ledger_from_trials(study.trials, 6 * 3600).used_gpu_seconds <= 6 * 3600.0
+    status = subprocess.run([sys.executable, "-m", "tuner.cli", "status", "--storage", f"sqlite:///{tmp_path}/s.db"],
+                            capture_output=True, text=True, timeout=60)
+    assert "SIMULATED" in status.stdout
+
+
+def test_the_7b_40gpuh_rehearsal_explores_30_to_60_configs(tmp_path):
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "tuner.cli", "run", "--study", str(ROOT / "studies/llama7b-h100x32.toml"),
+                          "--launcher", "sim", "--budget", "40gpuh", "--storage", f"sqlite:///{tmp_path}/r.db",
+                          "--quiet"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    study = optuna.load_study(study_name="llama7b-h100x32-sim", storage=f"sqlite:///{tmp_path}/r.db")
+    configs = {str(sorted(t.params.items())) for t in study.trials if t.state.name == "COMPLETE"}
+    assert 30 <= len(configs) <= 60
+    print(f"7B sim rehearsal: {len(study.trials)} trials, {len(configs)} configs, {time.monotonic() - t0:.1f} s")

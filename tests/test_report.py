@@ -1,0 +1,60 @@
+"""report.html opens in real headless Chromium with its plots drawn; RECIPE.md fits a page."""
+
+import shutil
+import subprocess
+
+import pytest
+
+from test_analysis import synthetic_study
+from tuner.analysis import analyze_study
+from tuner.report import render_recipe, save_recipe_note, write_report
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--virtual-time-budget=8000", "--window-size=1200,2400"]
+
+
+@pytest.fixture(scope="module")
+def study_and_analysis():
+    study = synthetic_study(n=40, seed=2)
+    return study, analyze_study(study, n_boot=10)
+
+
+def test_recipe_is_one_page_and_says_where_numbers_come_from(study_and_analysis):
+    _, analysis = study_and_analysis
+    recipe = render_recipe(analysis, planned_tokens=2e9, today="2026-01-01")
+    assert len(recipe.splitlines()) <= 60
+    assert "Speedup vs baseline" in recipe and "GPU-h saved" in recipe and "Measured" in recipe
+    assert "## Apply" in recipe and "micro-batch" in recipe
+    sim = render_recipe({**analysis, "simulated": True})
+    assert "SIMULATED" in sim and "not from measurements" in sim
+
+
+def test_report_files_and_dashboard_note(study_and_analysis, tmp_path):
+    study, analysis = study_and_analysis
+    paths = write_report(study, analysis, tmp_path)
+    page = paths["html"].read_text()
+    assert '<script src="http' not in page and "Plotly" in page   # plotly.js inlined: works offline
+    assert save_recipe_note(study, paths["recipe"].read_text())
+    from optuna_dashboard._note import get_note_from_system_attrs
+    note = get_note_from_system_attrs(study.system_attrs if hasattr(study, "system_attrs")
+                                      else study._storage.get_study_system_attrs(study._study_id), None)
+    assert "Recipe" in note["body"]
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (Debian package chromium)")
+def test_report_renders_in_headless_chromium(study_and_analysis, tmp_path):
+    study, analysis = study_and_analysis
+    page = write_report(study, analysis, tmp_path)["html"]
+    profile = tmp_path / "profile"
+    dom = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
+                          "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert dom.stdout.count('class="main-svg"') >= 4           # plots actually drawn by plotly.js
+    js_errors = [ln for ln in dom.stderr.splitlines() if "Uncaught" in ln or ("CONSOLE" in ln and "ERROR" in ln.upper())]
+    assert not js_errors, js_errors
+    shot = tmp_path / "report.png"
+    subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", f"--screenshot={shot}", page.as_uri()],
+                   capture_output=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 10_000

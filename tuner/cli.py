@@ -1,0 +1,273 @@
+"""`tuner`: a thin command line over the library. Each subcommand parses and calls one function.
+
+Errors a user can fix (bad spec, bad budget, unreachable storage, unknown study) exit 2 with
+one line on stderr that names the problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+__all__ = ["main", "build_parser"]
+
+_STORAGE_HELP = ("Optuna storage URL (SQLAlchemy). Precedence: this flag, then $TUNER_STORAGE, "
+                 "then sqlite:///tuner.db in the working directory.")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tuner",
+        description="Throughput autotuner for distributed LLM fine-tuning: an Optuna study over "
+                    "launch knobs (NCCL_ALGO/PROTO, DataLoader workers, micro-batch, ...), "
+                    "measured in tokens/s/GPU under a GPU-hour budget.",
+        epilog="Quick start: tuner run --study studies/quickstart.toml --budget 0.05gpuh; tuner status")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run, join or resume a study until its budget is spent",
+                         description="Run (or join, or resume) a study until the GPU budget is spent. "
+                                     "Several `tuner run` processes on one shared storage join the same "
+                                     "study and share its budget. Ctrl-C stops cleanly; run again to resume.")
+    run.add_argument("--study", required=True, type=Path, help="study spec (TOML), e.g. studies/quickstart.toml")
+    run.add_argument("--budget", help="GPU budget: 40gpuh, 90gpum or 600gpus (default: the spec's [budget] limit)")
+    run.add_argument("--storage", help=_STORAGE_HELP)
+    run.add_argument("--study-name", help="Optuna study name (default: the spec's [study] name; "
+                                          "`<name>-sim` with --launcher sim on a non-sim spec)")
+    run.add_argument("--launcher", choices=["local", "slurm", "sim"], help="override the spec's [cluster] launcher")
+    run.add_argument("--runs-dir", type=Path, default=Path("runs"), help="per-trial folders: config, result file, log (default: runs/)")
+    run.add_argument("--max-trials", type=int, help="stop after this many trials from this process")
+    run.add_argument("--no-ablation", action="store_true", help="skip the post-search ablation re-runs")
+    run.add_argument("--grace-period", type=int, metavar="SECONDS",
+                     help="heartbeat age after which a running trial of a dead coordinator is failed, "
+                          "charged and retried (default 60)")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    status = sub.add_parser("status", help="trials by state, budget used/left, best so far")
+    status.add_argument("--storage", help=_STORAGE_HELP)
+    status.add_argument("--study-name", help="one study (default: every study in the storage)")
+
+    analyze = sub.add_parser("analyze", help="bootstrap CIs, speedup vs baseline, fANOVA importance -> analysis.json")
+    analyze.add_argument("--storage", help=_STORAGE_HELP)
+    analyze.add_argument("--study-name", required=True)
+    analyze.add_argument("--out", required=True, type=Path, help="output folder")
+    analyze.add_argument("--n-boot", type=int, default=30, help="bootstrap resamples of the importance CIs (default 30)")
+
+    report = sub.add_parser("report", help="report.html (plots) and RECIPE.md; saves the recipe as the study's dashboard note")
+    report.add_argument("--storage", help=_STORAGE_HELP)
+    report.add_argument("--study-name", required=True)
+    report.add_argument("--out", required=True, type=Path, help="output folder")
+    report.add_argument("--planned-tokens", type=float, help="tokens of the planned training run, for GPU-hours saved")
+    report.add_argument("--no-note", action="store_true", help="do not save the recipe as an optuna-dashboard note")
+
+    distill = sub.add_parser("distill", help="fit the helper's performance-model calibration from finished studies")
+    distill.add_argument("--storage", help=_STORAGE_HELP)
+    distill.add_argument("--study-name", required=True, action="append", help="a finished study (repeatable)")
+    distill.add_argument("--out", required=True, type=Path, help="calibration JSON to write")
+
+    suggest = sub.add_parser("suggest", help="print suggest_config(...) as JSON")
+    suggest.add_argument("--model-size", required=True, help="7b, 13B, 7e9, 1.3b or a preset name")
+    suggest.add_argument("--gpus", required=True, type=int, help="GPU count")
+    suggest.add_argument("--dataset-size", required=True, help="examples: 52000 or 52k")
+    suggest.add_argument("--seq-len", type=int, default=2048)
+    suggest.add_argument("--gpu", default="H100-80GB", help="A100-40GB, A100-80GB, H100-80GB, H200-141GB")
+    suggest.add_argument("--gpus-per-node", type=int, default=8)
+    suggest.add_argument("--global-batch", type=int, help="sequences per optimizer step")
+    suggest.add_argument("--calibration", type=Path, help="calibration JSON from `tuner distill`")
+    suggest.add_argument("--explain", action="store_true", help="also print the memory and time breakdown")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from tuner.spec import SpecError
+    from tuner.storage import StorageError
+    from tuner.coordinator import StudyConflictError
+
+    try:
+        return _COMMANDS[args.command](args)
+    except (SpecError, StorageError, StudyConflictError) as exc:
+        print(f"tuner {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"tuner {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except ValueError as exc:  # e.g. a bad budget or model size: the message names it
+        print(f"tuner {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _storage(args: argparse.Namespace) -> str:
+    from tuner.storage import resolve_storage_url
+    return resolve_storage_url(args.storage)
+
+
+# ------------------------------------------------------------------------------ run
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from tuner.budget import parse_budget
+    from tuner.coordinator import RunOptions, run_study
+    from tuner.spec import SpecError, load_spec
+
+    spec = load_spec(args.study)
+    budget = None
+    if args.budget is not None:
+        try:
+            budget = parse_budget(args.budget)
+        except ValueError as exc:
+            raise SpecError(f"--budget: {exc}") from None
+    study_name = args.study_name
+    if args.launcher and args.launcher != spec.cluster.launcher:
+        if args.launcher == "sim" and study_name is None:
+            study_name = f"{spec.study.name}-sim"  # never mix simulated and measured trials
+        spec = spec.with_launcher(args.launcher)
+    options = RunOptions(storage_url=_storage(args), study_name=study_name,
+                         budget_gpu_seconds=budget, runs_dir=args.runs_dir,
+                         max_trials=args.max_trials, ablation=not args.no_ablation,
+                         grace_period_s=args.grace_period)
+    progress = _Progress(enabled=not args.quiet)
+    # A scheduler's SIGTERM / a closed terminal's SIGHUP stop like Ctrl-C: the running trial's
+    # job is killed (or scancel'ed) and recorded before the process exits.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_keyboard_interrupt)
+    try:
+        summary = run_study(spec, options, on_event=progress)
+    finally:
+        progress.close()
+    print(_format_summary(summary))
+    return 0
+
+
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+class _Progress:
+    """tqdm bar over the budget: trials, best so far, GPU-hours used / limit."""
+
+    def __init__(self, *, enabled: bool) -> None:
+        self.enabled, self.bar, self.done = enabled, None, 0
+
+    def __call__(self, event) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None and event.limit_gpu_seconds:
+            from tqdm import tqdm
+            self.bar = tqdm(total=round(event.limit_gpu_seconds / 3600, 4), unit="GPU-h",
+                            bar_format="{l_bar}{bar}| {n:.3f}/{total:.3f} GPU-h [{elapsed}<{remaining}] {postfix}",
+                            file=sys.stderr, dynamic_ncols=True)
+        if self.bar is None:
+            if event.message:
+                print(event.message, file=sys.stderr)
+            return
+        self.bar.n = round(event.used_gpu_seconds / 3600, 4)
+        best = f"{event.best_value:,.0f}" if event.best_value else "-"
+        if event.kind == "end":
+            self.done += 1
+            r = event.result
+            value = f"{r.tokens_per_sec_per_gpu:,.0f} tok/s/GPU" if r.tokens_per_sec_per_gpu else r.status
+            self.bar.write(f"trial {event.number}: {value}  {json.dumps(event.params)}")
+        self.bar.set_postfix_str(f"trials {self.done}, running #{event.number}, best {best} tok/s/GPU"
+                                 if event.kind == "start" else f"trials {self.done}, best {best} tok/s/GPU")
+        if event.message:
+            self.bar.write(event.message)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _format_summary(summary) -> str:
+    sim = " [SIMULATED: trials come from the performance model, not real jobs]" if summary.simulated else ""
+    lines = [f"study {summary.study_name}{sim}: {summary.launched} trials run here; stopped: {summary.stopped or '-'}",
+             f"  trials by status: " + (", ".join(f"{k} {v}" for k, v in sorted(summary.statuses.items())) or "none"),
+             f"  budget: {summary.used_gpu_seconds / 3600:.4f} / {summary.limit_gpu_seconds / 3600:.4f} GPU-h used"
+             f" ({max(0.0, summary.limit_gpu_seconds - summary.used_gpu_seconds) / 3600:.4f} left)"]
+    if summary.best:
+        b = summary.best
+        role = f" ({b['role']})" if b.get("role") else ""
+        lines.append(f"  best: trial {b['trial']}{role}: {b['tokens_per_sec_per_gpu']:,.1f} tokens/s/GPU")
+        width = max(len(k) for k in b["params"]) if b["params"] else 0
+        lines += [f"    {k:<{width}}  {v}" for k, v in b["params"].items()]
+    else:
+        lines.append("  best: none yet")
+    return "\n".join(lines)
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from tuner.coordinator import study_status
+    summaries = study_status(_storage(args), args.study_name)
+    if not summaries:
+        print("no studies in this storage")
+    for s in summaries:
+        print(_format_summary(dataclasses.replace(s, stopped="")).replace("0 trials run here; stopped: -", "status"))
+    return 0
+
+
+# ------------------------------------------------------------------- analysis & report
+
+def _load(args: argparse.Namespace):
+    import optuna
+    from tuner.coordinator import StudyConflictError
+    from tuner.storage import open_storage
+    storage = open_storage(_storage(args), heartbeat=False, create_tables=False)
+    try:
+        return optuna.load_study(study_name=args.study_name, storage=storage)
+    except KeyError:
+        raise StudyConflictError(f"no study named {args.study_name!r} in {_storage(args)}") from None
+
+
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    from tuner.analysis import analyze_study, format_summary, write_analysis
+    analysis = analyze_study(_load(args), n_boot=args.n_boot)
+    path = write_analysis(analysis, args.out)
+    print(format_summary(analysis))
+    print(f"wrote {path}")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from tuner.analysis import analyze_study
+    from tuner.report import save_recipe_note, write_report
+    study = _load(args)
+    analysis = analyze_study(study)
+    paths = write_report(study, analysis, args.out, planned_tokens=args.planned_tokens)
+    if not args.no_note:
+        save_recipe_note(study, Path(paths["recipe"]).read_text())
+    for p in paths.values():
+        print(f"wrote {p}")
+    return 0
+
+
+def _cmd_distill(args: argparse.Namespace) -> int:
+    from tuner.distill import distill
+    result = distill(_storage(args), args.study_name, args.out)
+    quality = result.get("quality", {})
+    print(json.dumps(quality, indent=2))
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _cmd_suggest(args: argparse.Namespace) -> int:
+    import helper
+    calibration = helper.load_calibration(args.calibration) if args.calibration else None
+    cfg = helper.suggest_config(model_size=args.model_size, gpu_count=args.gpus,
+                                dataset_size=args.dataset_size, seq_len=args.seq_len, gpu=args.gpu,
+                                gpus_per_node=args.gpus_per_node, global_batch=args.global_batch,
+                                calibration=calibration)
+    print(json.dumps(cfg, indent=2, default=str))
+    if args.explain:
+        print(helper.explain(cfg), file=sys.stderr)
+    return 0
+
+
+_COMMANDS = {"run": _cmd_run, "status": _cmd_status, "analyze": _cmd_analyze,
+             "report": _cmd_report, "distill": _cmd_distill, "suggest": _cmd_suggest}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

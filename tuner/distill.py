@@ -1,0 +1,133 @@
+"""Distil finished studies into a calibration of the helper's performance model.
+
+Every trial with user attr ``status == "ok"`` becomes one measurement: the study's spec
+(``spec.model.preset``, ``spec.model.seq_len``, ``spec.cluster.gpu`` / ``nodes`` /
+``gpus_per_node``) plus the trial's knob values (params, falling back to the spec's
+``baseline`` and the model section) and its value, tokens/s/GPU. ``helper.fit_calibration``
+fits them on top of the shipped default calibration; the result is written as JSON for
+``helper.load_calibration`` and ``tuner suggest --calibration``.
+
+Example:
+    >>> cal = distill("sqlite:///tuner.db", ["quickstart"], "out/calibration.json")  # doctest: +SKIP
+    >>> cal["quality"]["median_abs_pct_error"]                                     # doctest: +SKIP
+    4.2
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from helper import fit_calibration, load_calibration
+from tuner.coordinator import StudyConflictError
+from tuner.storage import open_storage, redact_url
+
+__all__ = ["distill", "study_measurements"]
+
+_KNOB_DEFAULTS: dict[str, Any] = {"micro_batch": 1, "grad_accum": 1, "nccl_algo": "default",
+                                  "nccl_proto": "default", "num_workers": 0, "sharding": "zero3",
+                                  "reshard_after_forward": True}
+
+
+def study_measurements(study: optuna.Study) -> list[dict[str, Any]]:
+    """The ok trials of one tuner study as ``fit_calibration`` measurement dicts.
+
+    Raises:
+        StudyConflictError: the study has no ``spec`` user attr or its spec has no preset.
+    """
+    spec = study.user_attrs.get("spec")
+    if not isinstance(spec, dict):
+        raise StudyConflictError(f"study {study.study_name!r} has no `spec` user attr: not a tuner study")
+    model, cluster = spec.get("model", {}), spec.get("cluster", {})
+    preset = model.get("preset")
+    if not preset:
+        raise StudyConflictError(f"study {study.study_name!r}: spec.model.preset is not set "
+                                 "(a `path` model has no size the helper knows); cannot distil it")
+    baseline = spec.get("baseline") or {}
+    nodes, gpn = int(cluster.get("nodes", 1)), int(cluster.get("gpus_per_node", 1))
+    simulated = bool(study.user_attrs.get("simulated", False))
+    out = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if t.user_attrs.get("status") != "ok" or t.value is None or not t.value > 0:
+            continue
+
+        def knob(name: str, default: Any = None) -> Any:
+            if name in t.params:
+                return t.params[name]
+            if name in baseline:
+                return baseline[name]
+            return model.get(name, _KNOB_DEFAULTS.get(name, default))
+
+        m: dict[str, Any] = {
+            "study": study.study_name, "trial": t.number, "simulated": simulated,
+            "preset": preset, "seq_len": int(model.get("seq_len", 2048)),
+            "gpu": cluster.get("gpu", "H100-80GB"), "gpus_per_node": gpn,
+            "gpu_count": int(t.user_attrs.get("world_size") or nodes * gpn),
+            "activation_checkpointing": bool(knob("activation_checkpointing", False)),
+            "tokens_per_sec_per_gpu": float(t.value),
+        }
+        for name in ("micro_batch", "grad_accum", "nccl_algo", "nccl_proto", "num_workers",
+                     "sharding", "reshard_after_forward"):
+            m[name] = knob(name)
+        if m["num_workers"]:
+            m["prefetch_factor"] = knob("prefetch_factor", 2)
+        padding = knob("padding")
+        if padding is not None:
+            m["padding"] = padding
+        for attr in ("padding_efficiency", "startup_seconds"):
+            if isinstance(t.user_attrs.get(attr), (int, float)):
+                m[attr] = float(t.user_attrs[attr])
+        out.append(m)
+    return out
+
+
+def distill(storage: str | optuna.storages.BaseStorage, study_names: str | Sequence[str],
+            out_path: str | Path, *, base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Fit the helper's calibration to finished studies and write it to ``out_path``.
+
+    Args:
+        storage: an Optuna storage URL (``sqlite:///tuner.db``, PostgreSQL) or storage object.
+        study_names: one or more study names in that storage.
+        out_path: the calibration JSON to write (folders are created).
+        base: the calibration to start from (default: the helper's shipped default); its
+            other GPUs' constants are kept.
+
+    Returns:
+        The calibration dict written (``constants``, ``informed``, ``quality`` with the
+        median absolute % error and per-knob residuals, ``provenance``, ``source``).
+
+    Raises:
+        StudyConflictError: a study is missing, is not a tuner study, or has no ok trial.
+    """
+    names = [study_names] if isinstance(study_names, str) else list(study_names)
+    where = redact_url(storage) if isinstance(storage, str) else type(storage).__name__
+    store = open_storage(storage, heartbeat=False, create_tables=False) if isinstance(storage, str) else storage
+    measurements: list[dict[str, Any]] = []
+    for name in names:
+        try:
+            study = optuna.load_study(study_name=name, storage=store)
+        except KeyError:
+            raise StudyConflictError(f"no study named {name!r} in {where}") from None
+        measurements.extend(study_measurements(study))
+    if not measurements:
+        raise StudyConflictError(f"no finished trial with status ok in {', '.join(map(repr, names))} ({where})")
+    simulated = sorted({m["study"] for m in measurements if m["simulated"]})
+    now = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+    source = (f"distilled from {len(measurements)} ok trials of {', '.join(names)} ({where}) at {now}"
+              + (f"; simulated studies: {', '.join(simulated)}" if simulated else ""))
+    cal = fit_calibration(measurements, base=base if base is not None else load_calibration(), source=source)
+    cal["provenance"]["storage"] = where
+    cal["provenance"]["simulated_studies"] = simulated
+    if simulated:
+        cal["provenance"]["warning"] = ("some trials came from the sim launcher, whose numbers come "
+                                        "from this same model: fitting them is circular")
+    path = Path(out_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(cal, indent=2) + "\n")
+    return cal

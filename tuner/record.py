@@ -1,0 +1,65 @@
+"""A finished study as plain data: the only place analysis touches Optuna objects."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+__all__ = ["TrialRecord", "StudyRecord", "study_record"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialRecord:
+    number: int
+    state: str
+    """Optuna state name."""
+    status: str
+    """`ok`, `oom`, `timeout`, `error`; `fail` for FAIL trials (coordinator died / interrupted);
+    `running` / `waiting` for unfinished ones."""
+    params: dict[str, Any]
+    steps: tuple[float, ...]
+    """tokens/s/GPU per measured step, in step order."""
+    value: float | None
+    role: str | None = None
+    ablation_knob: str | None = None
+    gpu_seconds: float | None = None
+    reserved_gpu_seconds: float | None = None
+    message: str = ""
+    datetime_complete: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StudyRecord:
+    name: str
+    trials: tuple[TrialRecord, ...]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    """The study's user attrs (spec, budget limit, launcher, simulated)."""
+
+    @property
+    def simulated(self) -> bool:
+        return bool(self.attrs.get("simulated", False))
+
+    @property
+    def limit_gpu_seconds(self) -> float:
+        return float(self.attrs.get("budget_limit_gpu_seconds", 0.0))
+
+
+def study_record(study: optuna.Study) -> StudyRecord:
+    trials = []
+    for t in study.get_trials(deepcopy=False):
+        a = t.user_attrs
+        if t.state == TrialState.COMPLETE:
+            status = a.get("status", "ok")
+        else:
+            status = {"FAIL": "fail", "RUNNING": "running", "WAITING": "waiting"}.get(t.state.name, t.state.name.lower())
+        trials.append(TrialRecord(
+            number=t.number, state=t.state.name, status=status, params=dict(t.params),
+            steps=tuple(t.intermediate_values[k] for k in sorted(t.intermediate_values)),
+            value=t.value, role=a.get("role"), ablation_knob=a.get("ablation_knob"),
+            gpu_seconds=a.get("gpu_seconds"), reserved_gpu_seconds=a.get("reserved_gpu_seconds"),
+            message=a.get("message", ""),
+            datetime_complete=t.datetime_complete.isoformat() if t.datetime_complete else None))
+    return StudyRecord(name=study.study_name, trials=tuple(trials), attrs=dict(study.user_attrs))

@@ -1,0 +1,203 @@
+"""report.html (plotly, offline) and RECIPE.md from an analysis. Never recomputes statistics."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["write_report", "render_recipe", "render_html", "save_recipe_note", "DEFAULT_PLANNED_TOKENS"]
+
+DEFAULT_PLANNED_TOKENS = 1e9
+"""Planned run for "what the speedup is worth" when none is given: 1e9 tokens (e.g. ~20
+epochs of Alpaca's 52k examples at ~1k tokens each)."""
+
+_ENV = {"nccl_algo": "NCCL_ALGO", "nccl_proto": "NCCL_PROTO"}
+
+
+def _ci(d: dict[str, Any] | None, fmt: str = ",.0f") -> str:
+    if not d:
+        return "n/a"
+    lo, hi = d["ci95"]
+    return f"{d['mean']:{fmt}} (95% CI {lo:{fmt}} to {hi:{fmt}})"
+
+
+# ------------------------------------------------------------------------------- recipe
+
+def render_recipe(analysis: dict[str, Any], *, planned_tokens: float | None = None,
+                  today: str | None = None) -> str:
+    """RECIPE.md: one page a team lead can apply."""
+    spec = analysis.get("spec", {})
+    model, cluster, data = spec.get("model", {}), spec.get("cluster", {}), spec.get("data", {})
+    best, base = analysis.get("best"), analysis.get("baseline")
+    sim = analysis.get("simulated")
+    planned = planned_tokens or DEFAULT_PLANNED_TOKENS
+    world = cluster.get("nodes", 1) * cluster.get("gpus_per_node", 1)
+    lines = [f"# Recipe: {analysis['study']}" + (" (SIMULATED)" if sim else ""), ""]
+    if sim:
+        lines += ["> **Simulated study**: every number below comes from tuner's performance model "
+                  "(`--launcher sim`), not from measurements. Rehearsal only.", ""]
+    if not best:
+        return "\n".join(lines + ["No trial finished ok; nothing to recommend yet."]) + "\n"
+    params = best["params"]
+    env = [f"export {var}={params[k]}" for k, var in _ENV.items() if params.get(k) not in (None, "default")]
+    unset = [f"unset {var}   # leave it to NCCL" for k, var in _ENV.items() if params.get(k) == "default"]
+    flags = " ".join(f"--{k.replace('_', '-')} {json.dumps(v) if isinstance(v, bool) else v}"
+                     for k, v in params.items() if k not in _ENV)
+    lines += ["## Apply", "", "```bash", *env, *unset, f"# training launch flags: {flags}", "```", ""]
+    tps = best["tokens_per_sec_per_gpu"]
+    lines += ["## What it buys", "",
+              f"- Best config (trial {best['trial']}): **{_ci(tps)} tokens/s/GPU**"
+              + ("" if best["winners_curse_adjusted"] else " (search measurement; not re-measured, may be optimistic)")]
+    speed = best.get("speedup_vs_baseline")
+    if base and speed:
+        lines.append(f"- Baseline (today's config, trial {base['trial']}): {_ci(base['tokens_per_sec_per_gpu'])} tokens/s/GPU")
+        lines.append(f"- **Speedup vs baseline: {_ci(speed, '.2f')}x**")
+        b = base["tokens_per_sec_per_gpu"]["mean"]
+        hours_base = planned / (b * world) / 3600 * world
+        saved = [hours_base * (1 - 1 / s) for s in (speed["mean"], *speed["ci95"])]
+        lines.append(f"- On a planned run of {planned:.3g} tokens on {world} GPU(s): {hours_base:,.1f} GPU-h today, "
+                     f"**{saved[0]:,.1f} GPU-h saved** (95% CI {saved[1]:,.1f} to {saved[2]:,.1f})")
+    lines += ["", "## What matters", ""]
+    abl = {e["knob"]: e for e in (analysis.get("ablation") or {}).get("knobs", [])}
+    imp = {d["knob"]: d for d in analysis.get("importance", [])}
+    for knob in analysis.get("top_knobs", []):
+        d = imp[knob]
+        line = f"1. **{knob} = {params.get(knob, 'n/a')}**: fANOVA importance {d['fanova']:.2f} (95% CI {d['ci95'][0]:.2f} to {d['ci95'][1]:.2f})"
+        if knob in abl:
+            e = abl[knob]
+            line += f"; worth {e['impact']:+.0%} ({e['ci95'][0]:+.0%} to {e['ci95'][1]:+.0%}) over {knob}={e['baseline_value']}"
+        lines.append(line)
+    quiet = [d["knob"] for d in analysis.get("importance", [])
+             if d["knob"] not in analysis.get("top_knobs", []) and d.get("ci95") and d["ci95"][0] < 0.02]
+    if quiet:
+        lines += ["", f"Did not matter here (importance CI reaches ~0): {', '.join(quiet)}."]
+    # Levels where every trial failed: a rule to follow (a level with a few failures among
+    # many ok trials usually failed because of another knob).
+    fails = {k: [r["summary"] for r in rows if r["n_ok"] == 0 and r["failures"]]
+             for k, rows in (analysis.get("marginal_effects") or {}).items()}
+    fail_lines = [s for v in fails.values() for s in v]
+    if fail_lines:
+        lines += ["", "Avoid: " + "; ".join(fail_lines[:4]) + "."]
+    n_fail = analysis.get("n_failed", {})
+    lines += ["", "## Provenance", "",
+              f"- {'Simulated' if sim else 'Measured'}: study `{analysis['study']}`, {analysis['n_trials']} trials "
+              f"({analysis['n_ok']} ok, {n_fail.get('oom', 0)} oom, {n_fail.get('timeout', 0)} timeout, "
+              f"{n_fail.get('error', 0)} error), {analysis['budget']['used_gpu_hours']:.3f} GPU-h used",
+              f"- Model: {model.get('preset') or model.get('path')} at seq_len {model.get('seq_len')}; "
+              f"data: {_data_name(str(data.get('source')))}",
+              f"- Cluster: {cluster.get('nodes')} node(s) x {cluster.get('gpus_per_node')} {cluster.get('gpu')}, "
+              f"{cluster.get('backend')}, launcher {cluster.get('launcher')}",
+              f"- Statistics: {analysis['method']['trial_ci']}; speedup {analysis['method']['speedup_ci']}; "
+              f"{analysis['method']['winners_curse']}",
+              f"- Written {today or _dt.date.today().isoformat()} by `tuner report`."]
+    return "\n".join(lines) + "\n"
+
+
+def _data_name(source: str) -> str:
+    return Path(source).name if source.startswith("/") else source
+
+
+# --------------------------------------------------------------------------------- html
+
+def _figures(analysis: dict[str, Any]) -> list[tuple[str, Any]]:
+    import plotly.graph_objects as go
+
+    figs = []
+    ok = [t for t in analysis["trials"] if t["tokens_per_sec_per_gpu"]]
+    xs = [t["trial"] for t in ok]
+    ys = [t["tokens_per_sec_per_gpu"]["mean"] for t in ok]
+    err_hi = [t["tokens_per_sec_per_gpu"]["ci95"][1] - y for t, y in zip(ok, ys)]
+    err_lo = [y - t["tokens_per_sec_per_gpu"]["ci95"][0] for t, y in zip(ok, ys)]
+    best_so_far, run = [], 0.0
+    for y in ys:
+        run = max(run, y)
+        best_so_far.append(run)
+    fig = go.Figure([go.Scatter(x=xs, y=ys, mode="markers", name="trial (95% CI)",
+                                error_y={"type": "data", "array": err_hi, "arrayminus": err_lo}),
+                     go.Scatter(x=xs, y=best_so_far, mode="lines", name="best so far", line={"shape": "hv"})])
+    failed = [t for t in analysis["trials"] if t["status"] != "ok"]
+    if failed:
+        fig.add_trace(go.Scatter(x=[t["trial"] for t in failed], y=[0] * len(failed), mode="markers",
+                                 marker={"symbol": "x", "color": "crimson", "size": 10}, name="failed",
+                                 text=[f"{t['status']}: {t['message'] or ''}"[:120] for t in failed]))
+    fig.update_layout(title="Throughput by trial", xaxis_title="trial", yaxis_title="tokens/s/GPU")
+    figs.append(("history", fig))
+
+    imp = [d for d in analysis["importance"] if d["fanova"] is not None]
+    if imp:
+        fig = go.Figure(go.Bar(x=[d["fanova"] for d in imp], y=[d["knob"] for d in imp], orientation="h",
+                               error_x={"type": "data", "array": [d["ci95"][1] - d["fanova"] for d in imp],
+                                        "arrayminus": [d["fanova"] - d["ci95"][0] for d in imp]}))
+        fig.update_layout(title="Knob importance (fANOVA, 95% bootstrap CI)", yaxis={"autorange": "reversed"})
+        figs.append(("importance", fig))
+
+    for knob, rows in (analysis.get("marginal_effects") or {}).items():
+        rows = [r for r in rows if r["mean"] is not None]
+        if not rows:
+            continue
+        fig = go.Figure(go.Bar(x=[r["level"] for r in rows], y=[r["mean"] for r in rows],
+                               error_y={"type": "data", "array": [(r["ci95"][1] - r["mean"]) if r["ci95"] else 0 for r in rows],
+                                        "arrayminus": [(r["mean"] - r["ci95"][0]) if r["ci95"] else 0 for r in rows]},
+                               text=[f"{r['n_ok']} ok / {r['n_trials']}" for r in rows]))
+        fig.update_layout(title=f"Marginal effect of {knob}", yaxis_title="tokens/s/GPU (mean of ok trials)", height=320)
+        figs.append((f"marginal-{knob}", fig))
+
+    cum, xs_b = [], []
+    total = 0.0
+    for t in analysis["trials"]:
+        total += (t.get("gpu_seconds") or 0.0) / 3600
+        cum.append(total)
+        xs_b.append(t["trial"])
+    fig = go.Figure([go.Scatter(x=xs_b, y=cum, mode="lines+markers", name="GPU-h used"),
+                     go.Scatter(x=[xs_b[0] if xs_b else 0, xs_b[-1] if xs_b else 1],
+                                y=[analysis["budget"]["limit_gpu_hours"]] * 2, mode="lines", name="budget",
+                                line={"dash": "dash"})])
+    fig.update_layout(title="Budget burn", xaxis_title="trial", yaxis_title="GPU-hours")
+    figs.append(("budget", fig))
+    return figs
+
+
+def render_html(analysis: dict[str, Any], recipe_md: str) -> str:
+    """A self-contained page: plotly.js inlined once (works offline, no CDN)."""
+    parts = []
+    for i, (name, fig) in enumerate(_figures(analysis)):
+        parts.append(f'<section id="{name}">' + fig.to_html(full_html=False, include_plotlyjs=(i == 0)) + "</section>")
+    failures = [t for t in analysis["trials"] if t["status"] != "ok"]
+    rows = "".join(f"<tr><td>{t['trial']}</td><td>{html.escape(t['status'])}</td><td>{html.escape(json.dumps(t['params']))}</td>"
+                   f"<td>{html.escape(t['message'] or '')}</td></tr>" for t in failures)
+    sim = "<p class='sim'><b>SIMULATED study</b>: numbers come from the performance model.</p>" if analysis.get("simulated") else ""
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>tuner report: {html.escape(analysis['study'])}</title>
+<style>body{{font-family:sans-serif;max-width:1100px;margin:auto}} .sim{{color:#b00}} td{{padding:2px 8px}}</style></head>
+<body><h1>tuner report: {html.escape(analysis['study'])}</h1>{sim}
+<h2>How to read this</h2><ul>
+<li>Each trial's throughput is the mean of its measured steps (non-padding tokens/s/GPU); its 95% CI uses batch means, valid when consecutive steps are correlated.</li>
+<li>Winner's curse: the best of many noisy trials is biased upward, so the best config is measured again after the search (ablation) and that re-measurement gives the headline number and speedup{'' if (analysis.get('best') or {}).get('winners_curse_adjusted') else ' (not available in this study: the headline comes from the search trial and may be optimistic)'}.</li>
+<li>Importance is fANOVA over ok trials with a bootstrap CI; a knob that only exists conditionally (prefetch_factor needs num_workers &gt; 0) carries an explicit "n/a" level.</li>
+<li>Failed trials (oom, timeout, error) are listed below and left out of the throughput statistics.</li></ul>
+{''.join(parts)}
+<h2>Failures</h2><table><tr><th>trial</th><th>status</th><th>params</th><th>reason</th></tr>{rows}</table>
+<h2>Recipe</h2><pre>{html.escape(recipe_md)}</pre></body></html>"""
+
+
+def write_report(study, analysis: dict[str, Any], out_dir: str | Path, *,
+                 planned_tokens: float | None = None) -> dict[str, Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    recipe = render_recipe(analysis, planned_tokens=planned_tokens)
+    paths = {"recipe": out / "RECIPE.md", "html": out / "report.html"}
+    paths["recipe"].write_text(recipe)
+    paths["html"].write_text(render_html(analysis, recipe))
+    return paths
+
+
+def save_recipe_note(study, recipe_markdown: str) -> bool:
+    """Save the recipe as the study's note in optuna-dashboard; False if it is not installed."""
+    try:
+        from optuna_dashboard import save_note
+    except ImportError:
+        return False
+    save_note(study, recipe_markdown)
+    return True

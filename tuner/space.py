@@ -1,0 +1,75 @@
+"""Knobs -> Optuna distributions; the baseline; conditional knobs.
+
+`prefetch_factor` only exists when `num_workers > 0` (PyTorch's DataLoader rejects it
+otherwise), so it is suggested only then and is absent from the trial's params when not.
+
+Example:
+    >>> from tuner.spec import KnobSpace
+    >>> dist = distribution(KnobSpace(name="micro_batch", choices=(1, 2, 4)))
+    >>> dist.choices
+    (1, 2, 4)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+
+from tuner.spec import KnobSpace, StudySpec
+
+__all__ = ["distribution", "suggest_params", "baseline_params", "is_active", "complete_params"]
+
+
+def distribution(knob: KnobSpace) -> BaseDistribution:
+    if knob.choices is not None:
+        return CategoricalDistribution(knob.choices)
+    if knob.is_int:
+        return IntDistribution(int(knob.low), int(knob.high), log=knob.log,
+                               step=1 if knob.log else int(knob.step or 1))
+    return FloatDistribution(float(knob.low), float(knob.high), log=knob.log,
+                             step=None if knob.log or knob.step is None else float(knob.step))
+
+
+def is_active(name: str, params: dict[str, Any]) -> bool:
+    """Whether a knob applies given the other knobs' values (conditional knobs)."""
+    if name == "prefetch_factor":
+        return params.get("num_workers", 0) > 0
+    return True
+
+
+def suggest_params(trial: optuna.Trial, spec: StudySpec) -> dict[str, Any]:
+    """Suggest every active knob on ``trial``, in spec order (num_workers before prefetch_factor)."""
+    params: dict[str, Any] = {}
+    ordered = sorted(spec.space, key=lambda k: k.name == "prefetch_factor")
+    for knob in ordered:
+        if not is_active(knob.name, params):
+            continue
+        dist = distribution(knob)
+        if isinstance(dist, CategoricalDistribution):
+            params[knob.name] = trial.suggest_categorical(knob.name, dist.choices)
+        elif isinstance(dist, IntDistribution):
+            params[knob.name] = trial.suggest_int(knob.name, dist.low, dist.high, step=dist.step, log=dist.log)
+        else:
+            params[knob.name] = trial.suggest_float(knob.name, dist.low, dist.high, step=dist.step, log=dist.log)
+    return params
+
+
+def baseline_params(spec: StudySpec) -> dict[str, Any] | None:
+    """The team's current config restricted to active knobs, or None when the spec has none."""
+    if not spec.baseline:
+        return None
+    return {k: v for k, v in spec.baseline.items() if is_active(k, spec.baseline)}
+
+
+def complete_params(params: dict[str, Any], spec: StudySpec) -> dict[str, Any]:
+    """Knob values with the spec's defaults for knobs the space does not search.
+
+    What the workload receives: e.g. `activation_checkpointing` from [model] when not a knob.
+    """
+    full = dict(params)
+    full.setdefault("activation_checkpointing", spec.model.activation_checkpointing)
+    full.setdefault("nccl_algo", "default")
+    full.setdefault("nccl_proto", "default")
+    return full
