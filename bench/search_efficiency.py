@@ -25,7 +25,6 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
 import optuna
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,7 +17,6 @@ import contextlib
 import multiprocessing as mp
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import textwrap

@@ -52,6 +52,19 @@ def test_storage_precedence_flag_env_default(tmp_path):
     assert "ok 1" in status.stdout and "best: trial 0 (baseline)" in status.stdout
 
 
+def test_a_misspelt_study_name_lists_the_studies_there(tmp_path):
+    spec = fast_spec(tmp_path)
+    env = {"FAST_OBJECTIVE_MODE": "ok"}
+    assert tuner("run", "--study", spec.source_path, "--budget", "15gpus", "--max-trials", "1", "--quiet",
+                 cwd=tmp_path, env=env).returncode == 0
+    for cmd in ("analyze", "status"):
+        extra = ["--out", str(tmp_path / "out")] if cmd == "analyze" else []
+        out = tuner(cmd, "--study-name", "fsat", *extra, cwd=tmp_path)
+        assert out.returncode == 2, out.stderr
+        assert out.stderr.strip() == (f"tuner {cmd}: error: no study named 'fsat' in sqlite:///tuner.db "
+                                      "(studies there: fast)"), out.stderr
+
+
 def test_run_then_status_then_optuna_best_trial(tmp_path):
     spec = fast_spec(tmp_path)
     out = tuner("run", "--study", spec.source_path, "--budget", "40gpus", "--quiet", cwd=tmp_path)

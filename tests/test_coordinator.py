@@ -6,8 +6,10 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from pg import pg_url  # noqa: F401 - fixture
 from spine_helpers import fast_spec
-from tuner.coordinator import RunOptions, StudyConflictError, open_study, plan_ablation, run_study
+from tuner.coordinator import (RunOptions, StudyConflictError, load_existing_study, open_study, plan_ablation,
+                               run_study)
 from tuner.launch import Launcher, TrialResult
 from tuner.space import suggest_params
 from tuner.storage import open_storage
@@ -130,6 +132,14 @@ def test_plan_ablation_handles_the_conditional_knob(tmp_path):
     assert "prefetch_factor" not in runs                                  # not a one-knob change
 
 
+def test_plan_ablation_puts_the_given_order_first(tmp_path):
+    spec = fast_spec(tmp_path, extra_space="num_workers = [0, 2]", baseline=False)
+    best = {"micro_batch": 2, "num_workers": 2, "prefetch_factor": 2}
+    base = {"micro_batch": 1, "num_workers": 1, "prefetch_factor": 2}
+    assert [k for k, _ in plan_ablation(spec, best, base)] == [None, "micro_batch", "num_workers"]
+    assert [k for k, _ in plan_ablation(spec, best, base, ["num_workers", "nope"])] == [None, "num_workers", "micro_batch"]
+
+
 def test_joining_with_another_spec_is_refused_with_a_diff(tmp_path):
     spec = fast_spec(tmp_path)
     open_study(spec, options(tmp_path, budget_gpu_seconds=50.0))
@@ -181,3 +191,12 @@ def test_a_broken_launcher_leaves_no_running_trial(tmp_path):
     assert study.trials[0].state == TrialState.FAIL
     assert "sbatch refused" in study.trials[0].user_attrs["message"]
     assert not [t for t in study.trials if t.state == TrialState.RUNNING]
+
+
+def test_a_missing_study_is_named_without_the_password(pg_url):  # noqa: F811
+    url = pg_url.replace("postgres@", "postgres:s3cret@")  # trust auth ignores it; errors must not show it
+    optuna.create_study(study_name="there", storage=open_storage(url))
+    with pytest.raises(StudyConflictError) as err:
+        load_existing_study(url, "gone")
+    assert "s3cret" not in str(err.value) and "***" in str(err.value)
+    assert str(err.value).endswith("(studies there: there)")

@@ -10,6 +10,7 @@ import optuna
 import pytest
 
 from helper.memory import estimate_memory
+from tuner.analysis import analyze_study
 from tuner.budget import ledger_from_trials
 from tuner.coordinator import RunOptions, run_study
 from tuner.launch import TrialRequest, get_launcher
@@ -82,4 +83,10 @@ def test_the_7b_40gpuh_rehearsal_explores_30_to_60_configs(tmp_path):
     study = optuna.load_study(study_name="llama7b-h100x32-sim", storage=f"sqlite:///{tmp_path}/r.db")
     configs = {str(sorted(t.params.items())) for t in study.trials if t.state.name == "COMPLETE"}
     assert 30 <= len(configs) <= 60
+    analysis = analyze_study(study, n_boot=10)
+    assert analysis["simulated"] and analysis["best"]["speedup_vs_baseline"]["ci95"][0] > 1.0
+    # the ablation measures knobs most-important first, so a budget that ends mid-ablation
+    # has still measured the top knob
+    ablated = [k["knob"] for k in analysis["ablation"]["knobs"]]
+    assert analysis["top_knobs"][0] in ablated, (analysis["top_knobs"], ablated)
     print(f"7B sim rehearsal: {len(study.trials)} trials, {len(configs)} configs, {time.monotonic() - t0:.1f} s")

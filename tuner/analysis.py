@@ -94,7 +94,11 @@ def _level(value: Any) -> str:
 
 def fanova_importance(trials: Sequence[TrialRecord], knobs: Sequence[str], *, n_boot: int = 30,
                       seed: int = 0, n_trees: int = 32) -> list[dict[str, Any]]:
-    """[{knob, fanova, ci95}] sorted largest first, over ok trials (see the module doc)."""
+    """[{knob, fanova, ci95}] sorted largest first, over ok trials (see the module doc).
+
+    ``n_boot=0`` gives the point estimates only (``ci95`` None), as the coordinator uses to
+    order its ablation runs.
+    """
     import optuna
     from optuna.distributions import CategoricalDistribution
     from optuna.importance import FanovaImportanceEvaluator
@@ -127,7 +131,8 @@ def fanova_importance(trials: Sequence[TrialRecord], knobs: Sequence[str], *, n_
         for k in knobs:
             boots[k].append(imp.get(k, 0.0))
     out = [{"knob": k, "fanova": float(point.get(k, 0.0)),
-            "ci95": [float(np.percentile(boots[k], 2.5)), float(np.percentile(boots[k], 97.5))]}
+            "ci95": ([float(np.percentile(boots[k], 2.5)), float(np.percentile(boots[k], 97.5))]
+                     if n_boot > 0 else None)}
            for k in knobs]
     return sorted(out, key=lambda d: -d["fanova"])
 

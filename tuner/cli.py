@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import signal
 import sys
 from pathlib import Path
@@ -184,7 +183,7 @@ class _Progress:
 def _format_summary(summary) -> str:
     sim = " [SIMULATED: trials come from the performance model, not real jobs]" if summary.simulated else ""
     lines = [f"study {summary.study_name}{sim}: {summary.launched} trials run here; stopped: {summary.stopped or '-'}",
-             f"  trials by status: " + (", ".join(f"{k} {v}" for k, v in sorted(summary.statuses.items())) or "none"),
+             "  trials by status: " + (", ".join(f"{k} {v}" for k, v in sorted(summary.statuses.items())) or "none"),
              f"  budget: {summary.used_gpu_seconds / 3600:.4f} / {summary.limit_gpu_seconds / 3600:.4f} GPU-h used"
              f" ({max(0.0, summary.limit_gpu_seconds - summary.used_gpu_seconds) / 3600:.4f} left)"]
     if summary.best:
@@ -211,14 +210,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------- analysis & report
 
 def _load(args: argparse.Namespace):
-    import optuna
-    from tuner.coordinator import StudyConflictError
-    from tuner.storage import open_storage
-    storage = open_storage(_storage(args), heartbeat=False, create_tables=False)
-    try:
-        return optuna.load_study(study_name=args.study_name, storage=storage)
-    except KeyError:
-        raise StudyConflictError(f"no study named {args.study_name!r} in {_storage(args)}") from None
+    from tuner.coordinator import load_existing_study
+    return load_existing_study(_storage(args), args.study_name)
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:

@@ -20,7 +20,7 @@ import threading
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,13 +29,16 @@ import optuna
 from optuna.trial import TrialState
 
 from tuner import __version__
+from tuner.analysis import fanova_importance
 from tuner.budget import estimate_trial_cost, ledger_from_trials, trial_cap
 from tuner.launch import Launcher, TrialRequest, TrialResult, get_launcher
 from tuner.launch.adaptive import batch_means_ci
+from tuner.record import study_record
 from tuner.sampling import make_sampler
 from tuner.space import baseline_params, complete_params, suggest_params
 from tuner.spec import StudySpec, spec_fingerprint
-from tuner.storage import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, admission_lock, open_storage, with_retries
+from tuner.storage import (GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, admission_lock, open_storage, redact_url,
+                           with_retries)
 
 __all__ = [
     "RunOptions", "RunSummary", "TrialEvent", "StudyConflictError", "open_study",
@@ -331,16 +334,19 @@ def _abandon_admission(study: optuna.Study, trial: optuna.Trial) -> None:
     _stale_trial_retry(study, study._storage.get_trial(trial._trial_id))  # noqa: SLF001
 
 
-def plan_ablation(spec: StudySpec, best_params: dict[str, Any],
-                  baseline: dict[str, Any]) -> list[tuple[str | None, dict[str, Any]]]:
+def plan_ablation(spec: StudySpec, best_params: dict[str, Any], baseline: dict[str, Any],
+                  order: Sequence[str] = ()) -> list[tuple[str | None, dict[str, Any]]]:
     """The ablation runs: (None, best) then (knob, best with that knob set to the baseline's).
 
+    Knobs go in ``order`` first (the search's fANOVA ranking, so that a budget that runs out
+    mid-ablation has measured the knobs that matter), then the rest in the spec's order.
     Knobs already at the baseline's value need no run. Reverting `num_workers` to 0 drops
     `prefetch_factor`; reverting `prefetch_factor` when the baseline has no workers is not a
     one-knob change, so it is skipped.
     """
     runs: list[tuple[str | None, dict[str, Any]]] = [(None, dict(best_params))]
-    for knob in spec.knob_names:
+    knobs = [k for k in order if k in spec.knob_names]
+    for knob in [*knobs, *(k for k in spec.knob_names if k not in knobs)]:
         if knob not in baseline or best_params.get(knob) == baseline[knob]:
             continue
         params = dict(best_params)
@@ -365,7 +371,10 @@ def _plan_ablation_once(study: optuna.Study, spec: StudySpec, trials) -> bool:
     if base is None or not ok:
         return False
     best = max(ok, key=lambda t: t.value)
-    runs = plan_ablation(spec, best.params, base.params)
+    search = [r for r in study_record(study).trials if r.role is None]
+    order = [d["knob"] for d in fanova_importance(search, spec.knob_names, n_boot=0)
+             if d["fanova"] is not None]
+    runs = plan_ablation(spec, best.params, base.params, order)
     for knob, params in runs:
         attrs = {"role": "ablation", "ablation_of": best.number}
         if knob is not None:
@@ -469,15 +478,27 @@ def summarize(study: optuna.Study, *, launched: int = 0, stopped: str = "") -> R
                       simulated=bool(study.user_attrs.get("simulated", False)))
 
 
+def load_existing_study(storage: str | Any, study_name: str) -> optuna.Study:
+    """Load a study for reading from a URL or an open storage.
+
+    Raises:
+        StudyConflictError: no study has that name; the message names the (redacted)
+            storage and the studies it does hold.
+    """
+    store = open_storage(storage, heartbeat=False, create_tables=False) if isinstance(storage, str) else storage
+    try:
+        return optuna.load_study(study_name=study_name, storage=store)
+    except KeyError:
+        where = redact_url(storage) if isinstance(storage, str) else type(storage).__name__
+        names = sorted(s.study_name for s in store.get_all_studies())
+        there = f"studies there: {', '.join(names)}" if names else "it holds no study"
+        raise StudyConflictError(f"no study named {study_name!r} in {where} ({there})") from None
+
+
 def study_status(storage_url: str, study_name: str | None = None) -> list[RunSummary]:
     """Summaries of one study, or of every study in the storage."""
     storage = open_storage(storage_url, heartbeat=False, create_tables=False)
-    names = [study_name] if study_name else [s.study_name for s in storage.get_all_studies()]
-    out = []
-    for n in names:
-        try:
-            study = optuna.load_study(study_name=n, storage=storage)
-        except KeyError:
-            raise StudyConflictError(f"no study named {n!r} in {storage_url}") from None
-        out.append(summarize(study))
-    return out
+    if study_name:
+        return [summarize(load_existing_study(storage_url, study_name))]
+    return [summarize(optuna.load_study(study_name=s.study_name, storage=storage))
+            for s in storage.get_all_studies()]

@@ -25,8 +25,8 @@ import optuna
 from optuna.trial import TrialState
 
 from helper import fit_calibration, load_calibration
-from tuner.coordinator import StudyConflictError
-from tuner.storage import open_storage, redact_url
+from tuner.coordinator import StudyConflictError, load_existing_study
+from tuner.storage import redact_url
 
 __all__ = ["distill", "study_measurements"]
 
@@ -107,14 +107,9 @@ def distill(storage: str | optuna.storages.BaseStorage, study_names: str | Seque
     """
     names = [study_names] if isinstance(study_names, str) else list(study_names)
     where = redact_url(storage) if isinstance(storage, str) else type(storage).__name__
-    store = open_storage(storage, heartbeat=False, create_tables=False) if isinstance(storage, str) else storage
     measurements: list[dict[str, Any]] = []
     for name in names:
-        try:
-            study = optuna.load_study(study_name=name, storage=store)
-        except KeyError:
-            raise StudyConflictError(f"no study named {name!r} in {where}") from None
-        measurements.extend(study_measurements(study))
+        measurements.extend(study_measurements(load_existing_study(storage, name)))
     if not measurements:
         raise StudyConflictError(f"no finished trial with status ok in {', '.join(map(repr, names))} ({where})")
     simulated = sorted({m["study"] for m in measurements if m["simulated"]})
