@@ -76,7 +76,7 @@ def synthetic_study(n=60, seed=0):
         if p["num_workers"] == 0:
             p.pop("prefetch_factor", None)
         dists = {k: CategoricalDistribution(space[k]) for k in p}
-        attrs = {"gpu_seconds": 40.0, "status": "ok"}
+        attrs = {"gpu_seconds": 40.0, "status": "ok", "startup_seconds": 5.0, "world_size": 2}
         if i == 0:
             attrs["role"] = "baseline"
         if p["micro_batch"] == 4 and p["padding"] == "max_length" and i % 3 == 0:
@@ -97,7 +97,7 @@ def analysis():
 
 def test_schema_of_interfaces(analysis):
     assert {"study", "n_trials", "n_ok", "budget", "baseline", "best", "importance", "top_knobs", "trials"} <= set(analysis)
-    assert set(analysis["budget"]) == {"limit_gpu_hours", "used_gpu_hours"}
+    assert set(analysis["budget"]) == {"limit_gpu_hours", "used_gpu_hours", "startup_share"}
     assert {"trial", "params", "tokens_per_sec_per_gpu", "speedup_vs_baseline"} <= set(analysis["best"])
     assert set(analysis["best"]["tokens_per_sec_per_gpu"]) == {"mean", "ci95"}
     for d in analysis["importance"]:
@@ -130,6 +130,12 @@ def test_speedup_vs_baseline_matches_truth(analysis):
     lo, hi = best["speedup_vs_baseline"]["ci95"]
     assert lo * 0.97 <= true_ratio <= hi * 1.03          # winner's curse: search trial, not re-measured
     assert best["winners_curse_adjusted"] is False
+
+
+def test_startup_share_of_gpu_time(analysis):
+    assert analysis["budget"]["startup_share"] == pytest.approx(10.0 / 40.0)   # 2 ranks x 5 s of 40 GPU-s
+    assert all(t["startup_share"] == pytest.approx(0.25) for t in analysis["trials"])
+    assert "start-up (launch, model build, communicators) took 25%" in format_summary(analysis)
 
 
 def test_write_and_summary(analysis, tmp_path):

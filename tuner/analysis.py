@@ -40,7 +40,7 @@ from tuner.record import StudyRecord, TrialRecord, study_record
 
 __all__ = [
     "mean_ci", "ratio_ci", "fanova_importance", "marginal_effects", "ablation_effects",
-    "analyze_record", "analyze_study", "write_analysis", "format_summary", "NA_LEVEL",
+    "analyze_record", "analyze_study", "write_analysis", "format_summary", "startup_share", "NA_LEVEL",
 ]
 
 NA_LEVEL = "n/a"
@@ -193,6 +193,24 @@ def ablation_effects(trials: Sequence[TrialRecord], baseline_params: dict[str, A
             "knobs": sorted(effects, key=lambda e: -e["impact"]), "failed": failed}
 
 
+# ------------------------------------------------------------------ start-up share
+
+def startup_share(trials: Sequence[TrialRecord]) -> float | None:
+    """Share of the trials' GPU time spent before their first step (launch, model build,
+    communicator set-up), over the trials that report it; None when none does.
+
+    Example:
+        >>> t = TrialRecord(number=0, state="COMPLETE", status="ok", params={}, steps=(), value=1.0,
+        ...                 gpu_seconds=100.0, startup_gpu_seconds=25.0)
+        >>> startup_share([t])
+        0.25
+    """
+    pairs = [(t.startup_gpu_seconds, t.gpu_seconds) for t in trials
+             if t.startup_gpu_seconds is not None and t.gpu_seconds]
+    total = sum(g for _, g in pairs)
+    return min(1.0, sum(s for s, _ in pairs) / total) if total > 0 else None
+
+
 # ------------------------------------------------------------------------- the whole
 
 def analyze_record(record: StudyRecord, *, n_boot: int = 30, seed: int = 0) -> dict[str, Any]:
@@ -233,12 +251,14 @@ def analyze_record(record: StudyRecord, *, n_boot: int = 30, seed: int = 0) -> d
         "study": record.name, "simulated": record.simulated,
         "n_trials": len(finished), "n_ok": len(ok),
         "n_failed": {s: sum(t.status == s for t in finished) for s in ("oom", "timeout", "error", "fail")},
-        "budget": {"limit_gpu_hours": record.limit_gpu_seconds / 3600, "used_gpu_hours": used / 3600},
+        "budget": {"limit_gpu_hours": record.limit_gpu_seconds / 3600, "used_gpu_hours": used / 3600,
+                   "startup_share": startup_share(finished)},
         "baseline": baseline, "best": best, "importance": importance,
         "top_knobs": [d["knob"] for d in ranked[:3]],
         "marginal_effects": marginal_effects(trials, knobs), "ablation": ablation,
         "trials": [{"trial": t.number, "params": t.params, "status": t.status, "role": t.role,
                     "ablation_knob": t.ablation_knob, "gpu_seconds": t.gpu_seconds,
+                    "startup_share": startup_share([t]),
                     "message": t.message or None,
                     "tokens_per_sec_per_gpu": _public(mean_ci(t.steps)) if t.status == "ok" else None}
                    for t in finished],
@@ -286,6 +306,9 @@ def format_summary(analysis: dict[str, Any]) -> str:
     lines = [f"study {analysis['study']}{' [SIMULATED]' if analysis.get('simulated') else ''}: "
              f"{analysis['n_ok']} ok of {analysis['n_trials']} trials, "
              f"{analysis['budget']['used_gpu_hours']:.3f} of {analysis['budget']['limit_gpu_hours']:.3f} GPU-h"]
+    if analysis["budget"].get("startup_share") is not None:
+        lines.append(f"start-up (launch, model build, communicators) took {analysis['budget']['startup_share']:.0%} "
+                     "of trial GPU time; the rest ran warm-up and measured steps")
     if analysis["baseline"]:
         lines.append(f"baseline (trial {analysis['baseline']['trial']}): {_fmt_ci(analysis['baseline']['tokens_per_sec_per_gpu'])} tokens/s/GPU")
     best = analysis["best"]

@@ -27,6 +27,9 @@ class TrialRecord:
     ablation_knob: str | None = None
     gpu_seconds: float | None = None
     reserved_gpu_seconds: float | None = None
+    startup_gpu_seconds: float | None = None
+    """GPU-seconds before the first step (launch, model build, communicators): world size x
+    the objective's `startup_seconds`; None when the trial did not report it."""
     message: str = ""
     datetime_complete: str | None = None
 
@@ -60,6 +63,8 @@ def study_record(study: optuna.Study) -> StudyRecord:
             steps=tuple(t.intermediate_values[k] for k in sorted(t.intermediate_values)),
             value=t.value, role=a.get("role"), ablation_knob=a.get("ablation_knob"),
             gpu_seconds=a.get("gpu_seconds"), reserved_gpu_seconds=a.get("reserved_gpu_seconds"),
+            startup_gpu_seconds=(a["startup_seconds"] * a["world_size"]
+                                 if a.get("startup_seconds") is not None and a.get("world_size") else None),
             message=a.get("message", ""),
             datetime_complete=t.datetime_complete.isoformat() if t.datetime_complete else None))
     return StudyRecord(name=study.study_name, trials=tuple(trials), attrs=dict(study.user_attrs))

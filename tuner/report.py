@@ -85,7 +85,9 @@ def render_recipe(analysis: dict[str, Any], *, planned_tokens: float | None = No
     lines += ["", "## Provenance", "",
               f"- {'Simulated' if sim else 'Measured'}: study `{analysis['study']}`, {analysis['n_trials']} trials "
               f"({analysis['n_ok']} ok, {n_fail.get('oom', 0)} oom, {n_fail.get('timeout', 0)} timeout, "
-              f"{n_fail.get('error', 0)} error), {analysis['budget']['used_gpu_hours']:.3f} GPU-h used",
+              f"{n_fail.get('error', 0)} error), {analysis['budget']['used_gpu_hours']:.3f} GPU-h used"
+              + (f", {analysis['budget']['startup_share']:.0%} of it in trial start-up"
+                 if analysis["budget"].get("startup_share") is not None else ""),
               f"- Model: {model.get('preset') or model.get('path')} at seq_len {model.get('seq_len')}; "
               f"data: {_data_name(str(data.get('source')))}",
               f"- Cluster: {cluster.get('nodes')} node(s) x {cluster.get('gpus_per_node')} {cluster.get('gpu')}, "
