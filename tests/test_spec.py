@@ -66,6 +66,7 @@ def test_minimal_spec_defaults(tmp_path):
     (("num_workers = 0\n", "num_workers = 0\nprefetch_factor = 2\n"), "baseline.prefetch_factor", "without workers"),
     (('[study]\nname = "s"', '[study]\nname = "s"\nsampler = "magic"'), "study.sampler", "unknown sampler"),
     (("[model]", '[budget]\nlimit = "lots"\n[model]'), "budget.limit", "bad budget"),
+    (('gpu = "cpu"', 'launcher = "sim"\ngpu = "h100"'), "cluster.gpu", "no model of GPU 'h100'"),
 ])
 def test_bad_spec_names_file_key_and_problem(tmp_path, edit, key, problem):
     text = textwrap.dedent(MINIMAL).replace(*edit, 1)

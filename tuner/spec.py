@@ -215,7 +215,18 @@ class StudySpec:
     def with_launcher(self, launcher: str) -> StudySpec:
         if launcher not in LAUNCHERS:
             raise SpecError(f"--launcher: unknown launcher {launcher!r}; one of {', '.join(LAUNCHERS)}")
+        problem = _sim_gpu_problem(self.cluster.gpu) if launcher == "sim" else None
+        if problem:
+            raise SpecError(f"{self.source_path}: cluster.gpu: {problem} (--launcher sim)")
         return dataclasses.replace(self, cluster=dataclasses.replace(self.cluster, launcher=launcher))
+
+
+def _sim_gpu_problem(gpu: str) -> str | None:
+    """Why the sim launcher cannot model this GPU, or None: it needs the helper's spec of it."""
+    from helper.gpus import GPUS
+    if gpu in GPUS:
+        return None
+    return f"the sim launcher has no model of GPU {gpu!r}; one of {', '.join(GPUS)}"
 
 
 def spec_fingerprint(spec_dict: dict[str, Any]) -> str:
@@ -388,6 +399,8 @@ def _check_cluster(c: ClusterSection, base_dir: Path, fail) -> ClusterSection:
         raise fail("cluster.nodes", f"must be >= 1, got {c.nodes}")
     if c.gpus_per_node < 1:
         raise fail("cluster.gpus_per_node", f"must be >= 1, got {c.gpus_per_node}")
+    if c.launcher == "sim" and (problem := _sim_gpu_problem(c.gpu)):
+        raise fail("cluster.gpu", problem)
     if c.shared_dir is not None:
         c = dataclasses.replace(c, shared_dir=str((base_dir / c.shared_dir).resolve()))
     return c
