@@ -42,7 +42,7 @@ from tuner.storage import (GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, admission_lock,
 
 __all__ = [
     "RunOptions", "RunSummary", "TrialEvent", "StudyConflictError", "open_study",
-    "run_study", "study_status", "plan_ablation",
+    "run_study", "study_status", "plan_ablation", "load_existing_study",
 ]
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -497,8 +497,8 @@ def load_existing_study(storage: str | Any, study_name: str) -> optuna.Study:
 
 def study_status(storage_url: str, study_name: str | None = None) -> list[RunSummary]:
     """Summaries of one study, or of every study in the storage."""
-    storage = open_storage(storage_url, heartbeat=False, create_tables=False)
     if study_name:
         return [summarize(load_existing_study(storage_url, study_name))]
+    storage = open_storage(storage_url, heartbeat=False, create_tables=False)
     return [summarize(optuna.load_study(study_name=s.study_name, storage=storage))
             for s in storage.get_all_studies()]
