@@ -147,11 +147,18 @@ def main() -> None:
     parser.add_argument("--strategies", default="", help="comma list (default: all)")
     parser.add_argument("--quick", action="store_true", help="2 seeds, one cluster")
     parser.add_argument("--clusters", type=int, default=len(SPECS), help="use the first N cluster specs")
+    parser.add_argument("--only", default="", help="comma list of cluster names (e.g. sim-llama1b-a100x16)")
     parser.add_argument("--no-adaptive", action="store_true", help="measure every trial fully (spec.trial.adaptive off)")
     parser.add_argument("--out", type=Path, help="write the raw results as JSON")
     args = parser.parse_args()
     seeds = 2 if args.quick else args.seeds
     specs = SPECS[:1] if args.quick else SPECS[: args.clusters]
+    if args.only:
+        wanted = args.only.split(",")
+        unknown = [w for w in wanted if not any(Path(p).stem == w for p in SPECS)]
+        if unknown:
+            parser.error(f"--only: unknown cluster {', '.join(unknown)}; one of {', '.join(Path(p).stem for p in SPECS)}")
+        specs = tuple(p for p in SPECS if Path(p).stem in wanted)
     results = {}
     t0 = time.perf_counter()
     for path in specs:
