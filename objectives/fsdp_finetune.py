@@ -109,7 +109,16 @@ class TrialConfig:
     warmup_steps: int
     """Optimizer steps run before measuring (excluded)."""
     measure_steps: int
-    """Optimizer steps measured."""
+    """Optimizer steps measured (at most, with adaptive measurement)."""
+    adaptive: bool = False
+    """Stop measuring early once precise enough or clearly worse than the study's best
+    (`tuner.launch.adaptive.stop_reason`, the rule the sim launcher uses too)."""
+    min_steps: int = 4
+    """Adaptive measurement never stops before this many measured steps."""
+    target_rel_ci: float = 0.02
+    """Stop once the 95% CI half-width is below this fraction of the mean."""
+    stop_below: float | None = None
+    """The best trial's CI lower bound (tokens/s/GPU): stop once this trial's upper bound is below."""
     backend: str = "gloo"
     """torch.distributed backend: `nccl` (GPU) or `gloo` (CPU)."""
     seed: int = 0
@@ -160,6 +169,10 @@ def parse_config(raw: Mapping[str, Any]) -> TrialConfig:
         launch_params={k: v for k, v in params.items() if k.startswith(LAUNCH_KNOB_PREFIX)},
         model=model, data=dict(raw.get("data") or {}),
         warmup_steps=trial["warmup_steps"], measure_steps=trial["measure_steps"],
+        adaptive=bool(trial.get("adaptive", False)), min_steps=int(trial.get("min_steps", 4)),
+        target_rel_ci=float(trial.get("target_rel_ci", 0.02)),
+        stop_below=(float(raw["stop_below_tokens_per_sec_per_gpu"])
+                    if raw.get("stop_below_tokens_per_sec_per_gpu") is not None else None),
         backend=str((raw.get("cluster") or {}).get("backend", "gloo")), seed=int(raw.get("seed", 0)))
 
 
@@ -391,6 +404,7 @@ def run_trial(config: TrialConfig, writer: ResultWriter) -> dict[str, Any]:
 
     from objectives.data import iterate_batches
     from objectives.models import count_params
+    from tuner.launch.adaptive import stop_reason
 
     rank, world = dist.get_rank(), dist.get_world_size()
     use_cuda = config.backend == "nccl"
@@ -414,6 +428,8 @@ def run_trial(config: TrialConfig, writer: ResultWriter) -> dict[str, Any]:
     total_tokens = total_padded = 0
     total_s = total_wait_s = 0.0
     startup_s = None
+    values: list[float] = []  # tokens/s/GPU per measured step, the same on every rank
+    stopped = ""
     for step in range(config.warmup_steps + config.measure_steps):
         if step == config.warmup_steps:
             startup_s = process_age_s()
@@ -431,6 +447,13 @@ def run_trial(config: TrialConfig, writer: ResultWriter) -> dict[str, Any]:
         total_s, total_wait_s = total_s + step_s, total_wait_s + wait_s
         writer.emit({"event": "step", "step": step, "tokens": tokens, "seconds": step_s,
                      "padded_tokens": padded, "data_wait_s": wait_s, "loss": float(stats.loss.item())})
+        values.append(tokens / step_s / world)
+        if config.adaptive:
+            # every rank holds the same reduced numbers, so every rank decides alike: no extra collective
+            stopped = stop_reason(values, min_steps=config.min_steps, target_rel_ci=config.target_rel_ci,
+                                  stop_below=config.stop_below)
+            if stopped:
+                break
 
     # ---- summary
     mem_gib, mem_kind = peak_memory_gib(device)
@@ -446,7 +469,7 @@ def run_trial(config: TrialConfig, writer: ResultWriter) -> dict[str, Any]:
         "event": "summary", "tokens_per_sec_per_gpu": total_tokens / total_s / world,
         "peak_mem_gib": mem.item(), "data_wait_frac": total_wait_s / total_s,
         "peak_mem_kind": mem_kind + ", max over ranks", "data_wait_kind": "slowest rank per step",
-        "step_time_s": total_s / config.measure_steps, "measured_steps": config.measure_steps,
+        "step_time_s": total_s / len(values), "measured_steps": len(values), "stopped_early": stopped or None,
         "warmup_steps": config.warmup_steps, "world_size": world, "tokens_counted": "non_padding",
         "padding_efficiency": total_tokens / total_padded if total_padded else None,
         "timing": ("cuda-synchronized" if use_cuda else "cpu") + " wall clock per optimizer step, slowest rank",

@@ -130,6 +130,20 @@ def test_world_of_one_local_checkpoint_with_checkpointing_and_no_reshard(tmp_pat
     assert summary["padding_efficiency"] == 1.0 and summary["dtype"] == "float32"
 
 
+@pytest.mark.parametrize("stop_below, steps, reason", [
+    (1e12, [1, 2, 3, 4], "clearly_worse"),   # far below the best: stops at the floor of 4 steps
+    (None, [1, 2, 3, 4, 5, 6], None),         # nothing to compare with, 2% not reached: all steps
+])
+def test_adaptive_measurement_stops_clearly_worse_trials_at_the_floor(tmp_path, world_of_one,
+                                                                      stop_below, steps, reason):
+    raw = trial_config(tmp_path)
+    raw["trial"].update(measure_steps=6, adaptive=True, min_steps=4, target_rel_ci=1e-9)
+    raw["stop_below_tokens_per_sec_per_gpu"] = stop_below
+    summary = run_trial(parse_config(raw), ResultWriter(str(tmp_path / "r.jsonl")))
+    assert [x["step"] for x in read_lines(tmp_path / "r.jsonl") if x["event"] == "step"] == steps
+    assert summary["measured_steps"] == len(steps) and summary["stopped_early"] == reason
+
+
 @pytest.mark.parametrize("checkpointing", [False, True])
 def test_blocks_are_sharded_and_checkpointing_recomputes_them(tmp_path, world_of_one, checkpointing):
     from torch.distributed.fsdp import FSDPModule

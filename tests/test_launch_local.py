@@ -33,6 +33,18 @@ def test_ok_trial_records_steps_env_and_gpu_seconds(tmp_path):
     assert Path(result.log_path).exists()
 
 
+def test_trial_config_carries_the_adaptive_settings_and_the_bar_to_beat(tmp_path):
+    import dataclasses
+    import json
+
+    from tuner.launch.protocol import write_trial_config
+    spec = fast_spec(tmp_path)
+    req = dataclasses.replace(request(spec, tmp_path, {"micro_batch": 2}), stop_below_tokens_per_sec_per_gpu=1234.5)
+    config = json.loads(write_trial_config(req, tmp_path / "config.json").read_text())
+    assert config["stop_below_tokens_per_sec_per_gpu"] == 1234.5
+    assert {"adaptive", "min_steps", "target_rel_ci"} <= set(config["trial"])
+
+
 def test_timeout_kills_the_whole_group_and_counts_gpu_time(tmp_path, monkeypatch):
     monkeypatch.setenv("FAST_OBJECTIVE_MODE", "hang")
     spec = fast_spec(tmp_path, timeout_s=6)

@@ -135,7 +135,9 @@ class TrialSection:
     """Cost of the first trial before any has been measured; default timeout_s x world size."""
     adaptive: bool = True
     """Adaptive measurement: stop a trial early once its CI is tight enough or it is clearly
-    worse than the best (sim launcher; local and slurm run all measure_steps)."""
+    worse than the best. The sim launcher and objectives.fsdp_finetune apply it (the launcher
+    passes the best trial's CI lower bound in the trial config); a custom `command` that
+    ignores it measures all measure_steps. Baseline and ablation runs always measure all."""
     min_steps: int = 4
     """Adaptive measurement never stops before this many measured steps (nor before 4,
     the fewest a batch-means CI uses)."""

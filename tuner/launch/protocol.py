@@ -29,6 +29,8 @@ def write_trial_config(request: TrialRequest, path: Path) -> Path:
         "data": spec["data"],
         "trial": spec["trial"],
         "cluster": spec["cluster"],
+        # adaptive measurement: the best trial's CI lower bound, to stop clearly worse trials
+        "stop_below_tokens_per_sec_per_gpu": request.stop_below_tokens_per_sec_per_gpu,
     }
     path.write_text(json.dumps(config, indent=2))
     return path
