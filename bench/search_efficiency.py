@@ -175,6 +175,8 @@ def main() -> None:
             for seed in range(seeds):
                 make = strategies(spec, seed)[name]
                 curves.append(run_one(spec, make, seed, cache, launcher, optimum, args.budget_gpuh * 3600))
+                print(f"  {spec.study.name} {name} seed {seed + 1}/{seeds} "
+                      f"[{time.perf_counter() - t0:.0f}s]", file=sys.stderr, flush=True)
             results[(spec.study.name, name)] = summarize(curves)
             s = results[(spec.study.name, name)]
             print(f"{spec.study.name:22} {name:18} to98 {mean_ci(s['gpuh_to_98']):>14}  "
