@@ -10,7 +10,9 @@ from pg import pg_url  # noqa: F401 - fixture
 from spine_helpers import fast_spec
 from tuner.coordinator import (RunOptions, StudyConflictError, load_existing_study, open_study, plan_ablation,
                                run_study)
+from tuner.analysis import analyze_record
 from tuner.launch import Launcher, TrialResult
+from tuner.record import study_record
 from tuner.space import suggest_params
 from tuner.storage import open_storage
 
@@ -105,6 +107,46 @@ def test_dead_coordinators_trial_goes_stale_counts_and_is_retried_once(tmp_path)
     assert retry.user_attrs["retry_of"] == 0 and retry.user_attrs["role"] == "baseline"
     # the dead trial's reservation counts: 30 + 7 x 10 = 100
     assert summary.used_gpu_seconds == pytest.approx(100.0) and summary.launched == 7
+
+
+def test_a_trial_running_elsewhere_is_waited_out_and_the_study_ends_with_none_in_flight(tmp_path):
+    spec = fast_spec(tmp_path)
+    study, _ = open_study(spec, options(tmp_path, budget_gpu_seconds=40.0))
+    dead = study.ask()                           # a coordinator killed -9 a moment ago
+    suggest_params(dead, spec)
+    dead.set_user_attr("reserved_gpu_seconds", 35.0)  # 5 left: nothing fits until it ends
+    open_storage(f"sqlite:///{tmp_path}/t.db").record_heartbeat(dead._trial_id)
+    events, t0 = [], time.monotonic()
+    summary = run_study(spec, options(tmp_path, grace_period_s=2), on_event=events.append,
+                        launcher=FakeLauncher(spec))
+    assert time.monotonic() - t0 >= 1.5          # waited for the heartbeat to go stale
+    assert any("running elsewhere" in e.message for e in events if e.kind == "note")
+    study = load(tmp_path)
+    assert study.trials[0].state == TrialState.FAIL and "status" not in study.trials[0].user_attrs
+    retry = study.trials[1]                      # its retry: no budget left to run it
+    assert retry.user_attrs["retry_of"] == 0 and retry.state == TrialState.FAIL
+    assert retry.user_attrs["status"] == "skipped" and retry.user_attrs["gpu_seconds"] == 0.0
+    assert not [t for t in study.trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    assert summary.launched == 0 and summary.statuses == {"fail": 1, "skipped": 1}
+    assert summary.used_gpu_seconds == pytest.approx(35.0)   # the dead trial's reservation
+
+
+def test_ablation_runs_the_budget_cannot_pay_for_end_skipped_and_out_of_the_statistics(tmp_path):
+    spec = fast_spec(tmp_path, ablation_share=0.1)
+    summary = run_study(spec, options(tmp_path, budget_gpu_seconds=100.0), launcher=FakeLauncher(spec))
+    study = load(tmp_path)
+    assert not [t for t in study.trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    ablation = [t for t in study.trials if t.user_attrs.get("role") == "ablation"]
+    skipped = [t for t in ablation if t.state == TrialState.FAIL]
+    assert skipped and len(skipped) < len(ablation)       # 10 GPU-s paid for one run, not all
+    for t in skipped:
+        assert t.user_attrs["status"] == "skipped" and t.user_attrs["gpu_seconds"] == 0.0
+        assert "budget was spent" in t.user_attrs["message"]
+    assert summary.statuses["skipped"] == len(skipped)
+    analysis = analyze_record(study_record(study), n_boot=0)
+    assert analysis["n_skipped"] == len(skipped)
+    assert analysis["n_trials"] == len(study.trials) - len(skipped)
+    assert not {t.number for t in skipped} & {t["trial"] for t in analysis["trials"]}
 
 
 def test_ablation_after_search(tmp_path):

@@ -218,7 +218,8 @@ def analyze_record(record: StudyRecord, *, n_boot: int = 30, seed: int = 0) -> d
     trials = record.trials
     spec = record.attrs.get("spec", {})
     knobs = list(spec.get("space", {})) or sorted({k for t in trials for k in t.params})
-    finished = [t for t in trials if t.state in ("COMPLETE", "FAIL")]
+    # queued runs the spent budget never started (status `skipped`) are not trials that ran
+    finished = [t for t in trials if t.state in ("COMPLETE", "FAIL") and t.status != "skipped"]
     ok = [t for t in trials if t.status == "ok"]
     search_ok = [t for t in ok if t.role != "ablation"]
 
@@ -251,6 +252,7 @@ def analyze_record(record: StudyRecord, *, n_boot: int = 30, seed: int = 0) -> d
         "study": record.name, "simulated": record.simulated,
         "n_trials": len(finished), "n_ok": len(ok),
         "n_failed": {s: sum(t.status == s for t in finished) for s in ("oom", "timeout", "error", "fail")},
+        "n_skipped": sum(t.status == "skipped" for t in trials),
         "budget": {"limit_gpu_hours": record.limit_gpu_seconds / 3600, "used_gpu_hours": used / 3600,
                    "startup_share": startup_share(finished)},
         "baseline": baseline, "best": best, "importance": importance,

@@ -33,7 +33,7 @@ from tuner.analysis import fanova_importance
 from tuner.budget import estimate_trial_cost, ledger_from_trials, trial_cap
 from tuner.launch import Launcher, TrialRequest, TrialResult, get_launcher
 from tuner.launch.adaptive import batch_means_ci
-from tuner.record import study_record
+from tuner.record import study_record, trial_status
 from tuner.sampling import make_sampler
 from tuner.space import baseline_params, complete_params, suggest_params
 from tuner.spec import StudySpec, spec_fingerprint
@@ -225,6 +225,7 @@ def run_study(spec: StudySpec, options: RunOptions,
     name = study.study_name
     launched, stopped = 0, "budget"
     asked: list[optuna.Trial] = []  # see _admit
+    waiting_on: set[int] = set()  # trials running elsewhere that this coordinator waits out
     if spec.study.ablation_share == 0:
         options = dataclasses.replace(options, ablation=False)
     search_limit = limit * (1.0 - spec.study.ablation_share) if options.ablation else limit
@@ -236,7 +237,24 @@ def run_study(spec: StudySpec, options: RunOptions,
             admitted = with_retries(lambda: _admit(study, raw_storage, spec, limit, search_limit, options, asked),
                                     what="admitting a trial")
             if admitted is None:
-                break
+                # Nothing fits now. A trial running elsewhere (another coordinator's, or a dead
+                # one's until its heartbeat goes stale) may still free reserved budget or leave
+                # a retry: wait for it, so that the study ends with no trial in flight.
+                running = _running_elsewhere(study)
+                if not running:
+                    with_retries(lambda: _skip_unrunnable(study, raw_storage), what="closing the study")
+                    break
+                if not running <= waiting_on:
+                    launcher.close()  # an idle allocation goes back while we wait; launch takes a new one
+                    grace = options.grace_period_s or GRACE_PERIOD_S
+                    emit(TrialEvent(kind="note", used_gpu_seconds=_used(study, limit), limit_gpu_seconds=limit,
+                                    best_value=_best_value(study),
+                                    message=f"budget reserved by trial(s) {', '.join(map(str, sorted(running)))} "
+                                            f"running elsewhere: waiting for them to end (a dead coordinator's "
+                                            f"trial goes stale {grace} s after its last heartbeat)"))
+                waiting_on |= running
+                time.sleep(min(HEARTBEAT_INTERVAL_S, (options.grace_period_s or GRACE_PERIOD_S) / 3))
+                continue
             trial, params, reserved = admitted
             emit(TrialEvent(kind="start", number=trial.number, params=params,
                             used_gpu_seconds=_used(study, limit) , limit_gpu_seconds=limit,
@@ -272,6 +290,35 @@ def run_study(spec: StudySpec, options: RunOptions,
         if stopped == "interrupted":
             emit(TrialEvent(kind="stop", message="interrupted: run the same command again to resume"))
     return summarize(study, launched=launched, stopped=stopped)
+
+
+def _running_elsewhere(study: optuna.Study) -> set[int]:
+    """Numbers of RUNNING trials; called when this coordinator runs none, so they are others'."""
+    trials = with_retries(lambda: study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)),
+                          what="reading running trials")
+    return {t.number for t in trials}
+
+
+def _skip_unrunnable(study: optuna.Study, raw_storage: Any) -> list[int]:
+    """End the WAITING trials nobody can run: the budget is spent and no trial is in flight.
+
+    They are ablation runs or retries queued before the budget ran out. Left WAITING they
+    would sit in the study (and the dashboard) forever; they become FAIL with status
+    `skipped`, no GPU time and a message, which analysis leaves out. Returns their numbers.
+    """
+    storage = study._storage  # noqa: SLF001
+    with admission_lock(raw_storage, study.study_name):
+        trials = study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
+        if any(t.state == TrialState.RUNNING for t in trials):
+            return []  # another coordinator just started one; it ends the study
+        for t in trials:
+            what = t.user_attrs.get("role") or ("retry" if "retry_of" in t.user_attrs else "queued")
+            storage.set_trial_user_attr(t._trial_id, "status", "skipped")  # noqa: SLF001
+            storage.set_trial_user_attr(t._trial_id, "gpu_seconds", 0.0)  # noqa: SLF001
+            storage.set_trial_user_attr(t._trial_id, "message",  # noqa: SLF001
+                                        f"not run: the budget was spent before this {what} run")
+            storage.set_trial_state_values(t._trial_id, TrialState.FAIL)  # noqa: SLF001
+    return [t.number for t in trials]
 
 
 def _fail_stale_trials(study: optuna.Study) -> None:
@@ -461,11 +508,8 @@ def _best_value(study: optuna.Study) -> float | None:
 def summarize(study: optuna.Study, *, launched: int = 0, stopped: str = "") -> RunSummary:
     trials = study.get_trials(deepcopy=False)
     limit = float(study.user_attrs.get("budget_limit_gpu_seconds", 0.0))
-    statuses = Counter(t.user_attrs.get("status", t.state.name.lower())
-                       for t in trials if t.state in (TrialState.COMPLETE, TrialState.FAIL))
-    running = sum(t.state == TrialState.RUNNING for t in trials)
-    if running:
-        statuses["running"] = running
+    statuses = Counter(trial_status(t) for t in trials
+                       if t.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING))
     best = None
     ok = [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("status") == "ok"]
     if ok:

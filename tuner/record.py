@@ -8,7 +8,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-__all__ = ["TrialRecord", "StudyRecord", "study_record"]
+__all__ = ["TrialRecord", "StudyRecord", "study_record", "trial_status"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -18,7 +18,8 @@ class TrialRecord:
     """Optuna state name."""
     status: str
     """`ok`, `oom`, `timeout`, `error`; `fail` for FAIL trials (coordinator died / interrupted);
-    `running` / `waiting` for unfinished ones."""
+    `skipped` for queued trials the spent budget never ran; `running` / `waiting` for
+    unfinished ones."""
     params: dict[str, Any]
     steps: tuple[float, ...]
     """tokens/s/GPU per measured step, in step order."""
@@ -50,16 +51,25 @@ class StudyRecord:
         return float(self.attrs.get("budget_limit_gpu_seconds", 0.0))
 
 
+def trial_status(t: optuna.trial.FrozenTrial) -> str:
+    """A trial's status for statistics and summaries (see TrialRecord.status).
+
+    A FAIL trial's own `status` attr is trusted only for `skipped`: a coordinator killed while
+    recording a finished trial can leave `status = ok` on a trial that then went stale.
+    """
+    if t.state == TrialState.COMPLETE:
+        return t.user_attrs.get("status", "ok")
+    if t.state == TrialState.FAIL and t.user_attrs.get("status") == "skipped":
+        return "skipped"
+    return {"FAIL": "fail", "RUNNING": "running", "WAITING": "waiting"}.get(t.state.name, t.state.name.lower())
+
+
 def study_record(study: optuna.Study) -> StudyRecord:
     trials = []
     for t in study.get_trials(deepcopy=False):
         a = t.user_attrs
-        if t.state == TrialState.COMPLETE:
-            status = a.get("status", "ok")
-        else:
-            status = {"FAIL": "fail", "RUNNING": "running", "WAITING": "waiting"}.get(t.state.name, t.state.name.lower())
         trials.append(TrialRecord(
-            number=t.number, state=t.state.name, status=status, params=dict(t.params),
+            number=t.number, state=t.state.name, status=trial_status(t), params=dict(t.params),
             steps=tuple(t.intermediate_values[k] for k in sorted(t.intermediate_values)),
             value=t.value, role=a.get("role"), ablation_knob=a.get("ablation_knob"),
             gpu_seconds=a.get("gpu_seconds"), reserved_gpu_seconds=a.get("reserved_gpu_seconds"),
