@@ -226,6 +226,7 @@ def run_study(spec: StudySpec, options: RunOptions,
     launched, stopped = 0, "budget"
     asked: list[optuna.Trial] = []  # see _admit
     waiting_on: set[int] = set()  # trials running elsewhere that this coordinator waits out
+    grace = options.grace_period_s or GRACE_PERIOD_S
     if spec.study.ablation_share == 0:
         options = dataclasses.replace(options, ablation=False)
     search_limit = limit * (1.0 - spec.study.ablation_share) if options.ablation else limit
@@ -242,18 +243,22 @@ def run_study(spec: StudySpec, options: RunOptions,
                 # a retry: wait for it, so that the study ends with no trial in flight.
                 running = _running_elsewhere(study)
                 if not running:
-                    with_retries(lambda: _skip_unrunnable(study, raw_storage), what="closing the study")
+                    skipped = with_retries(lambda: _skip_unrunnable(study, raw_storage), what="closing the study")
+                    if skipped:
+                        emit(TrialEvent(kind="note", used_gpu_seconds=_used(study, limit), limit_gpu_seconds=limit,
+                                        best_value=_best_value(study),
+                                        message=f"budget spent: queued trial(s) {', '.join(map(str, skipped))} "
+                                                f"not run (status skipped)"))
                     break
                 if not running <= waiting_on:
                     launcher.close()  # an idle allocation goes back while we wait; launch takes a new one
-                    grace = options.grace_period_s or GRACE_PERIOD_S
                     emit(TrialEvent(kind="note", used_gpu_seconds=_used(study, limit), limit_gpu_seconds=limit,
                                     best_value=_best_value(study),
                                     message=f"budget reserved by trial(s) {', '.join(map(str, sorted(running)))} "
                                             f"running elsewhere: waiting for them to end (a dead coordinator's "
                                             f"trial goes stale {grace} s after its last heartbeat)"))
                 waiting_on |= running
-                time.sleep(min(HEARTBEAT_INTERVAL_S, (options.grace_period_s or GRACE_PERIOD_S) / 3))
+                time.sleep(min(HEARTBEAT_INTERVAL_S, grace / 3))
                 continue
             trial, params, reserved = admitted
             emit(TrialEvent(kind="start", number=trial.number, params=params,
@@ -269,8 +274,7 @@ def run_study(spec: StudySpec, options: RunOptions,
             t0 = time.monotonic()
             try:
                 # beat well inside the grace period other coordinators judge us by
-                interval = min(HEARTBEAT_INTERVAL_S, (options.grace_period_s or GRACE_PERIOD_S) / 3)
-                with _Heartbeat(raw_storage, trial._trial_id, interval):  # noqa: SLF001
+                with _Heartbeat(raw_storage, trial._trial_id, min(HEARTBEAT_INTERVAL_S, grace / 3)):  # noqa: SLF001
                     result = launcher.launch(request)
             except KeyboardInterrupt:
                 gpu_s = spec.cluster.world_size * (time.monotonic() - t0)
