@@ -8,9 +8,9 @@ from optuna.trial import TrialState
 
 from pg import pg_url  # noqa: F401 - fixture
 from spine_helpers import fast_spec
+from tuner.analysis import analyze_record
 from tuner.coordinator import (RunOptions, StudyConflictError, load_existing_study, open_study, plan_ablation,
                                run_study)
-from tuner.analysis import analyze_record
 from tuner.launch import Launcher, TrialResult
 from tuner.record import study_record
 from tuner.space import suggest_params

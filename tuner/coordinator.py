@@ -227,6 +227,11 @@ def run_study(spec: StudySpec, options: RunOptions,
     asked: list[optuna.Trial] = []  # see _admit
     waiting_on: set[int] = set()  # trials running elsewhere that this coordinator waits out
     grace = options.grace_period_s or GRACE_PERIOD_S
+
+    def note(message: str) -> None:
+        emit(TrialEvent(kind="note", used_gpu_seconds=_used(study, limit), limit_gpu_seconds=limit,
+                        best_value=_best_value(study), message=message))
+
     if spec.study.ablation_share == 0:
         options = dataclasses.replace(options, ablation=False)
     search_limit = limit * (1.0 - spec.study.ablation_share) if options.ablation else limit
@@ -245,18 +250,13 @@ def run_study(spec: StudySpec, options: RunOptions,
                 if not running:
                     skipped = with_retries(lambda: _skip_unrunnable(study, raw_storage), what="closing the study")
                     if skipped:
-                        emit(TrialEvent(kind="note", used_gpu_seconds=_used(study, limit), limit_gpu_seconds=limit,
-                                        best_value=_best_value(study),
-                                        message=f"budget spent: queued trial(s) {', '.join(map(str, skipped))} "
-                                                f"not run (status skipped)"))
+                        note(f"budget spent: queued trial(s) {', '.join(map(str, skipped))} not run (status skipped)")
                     break
                 if not running <= waiting_on:
                     launcher.close()  # an idle allocation goes back while we wait; launch takes a new one
-                    emit(TrialEvent(kind="note", used_gpu_seconds=_used(study, limit), limit_gpu_seconds=limit,
-                                    best_value=_best_value(study),
-                                    message=f"budget reserved by trial(s) {', '.join(map(str, sorted(running)))} "
-                                            f"running elsewhere: waiting for them to end (a dead coordinator's "
-                                            f"trial goes stale {grace} s after its last heartbeat)"))
+                    note(f"budget reserved by trial(s) {', '.join(map(str, sorted(running)))} running elsewhere: "
+                         f"waiting for them to end (a dead coordinator's trial goes stale {grace} s after its "
+                         f"last heartbeat)")
                 waiting_on |= running
                 time.sleep(min(HEARTBEAT_INTERVAL_S, grace / 3))
                 continue
@@ -317,10 +317,10 @@ def _skip_unrunnable(study: optuna.Study, raw_storage: Any) -> list[int]:
             return []  # another coordinator just started one; it ends the study
         for t in trials:
             what = t.user_attrs.get("role") or ("retry" if "retry_of" in t.user_attrs else "queued")
-            storage.set_trial_user_attr(t._trial_id, "status", "skipped")  # noqa: SLF001
-            storage.set_trial_user_attr(t._trial_id, "gpu_seconds", 0.0)  # noqa: SLF001
-            storage.set_trial_user_attr(t._trial_id, "message",  # noqa: SLF001
-                                        f"not run: the budget was spent before this {what} run")
+            attrs = {"status": "skipped", "gpu_seconds": 0.0,
+                     "message": f"not run: the budget was spent before this {what} run"}
+            for key, value in attrs.items():
+                storage.set_trial_user_attr(t._trial_id, key, value)  # noqa: SLF001
             storage.set_trial_state_values(t._trial_id, TrialState.FAIL)  # noqa: SLF001
     return [t.number for t in trials]
 
