@@ -30,8 +30,9 @@ import optuna
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tuner.budget import estimate_trial_cost, ledger_from_trials, trial_cap  # noqa: E402
-from tuner.coordinator import _best_lower_bound, _first_estimate, _record  # noqa: E402
+from tuner import scheduling  # noqa: E402
+from tuner.budget import ledger_from_trials  # noqa: E402
+from tuner.coordinator import record_result  # noqa: E402
 from tuner.launch import TrialRequest  # noqa: E402
 from tuner.launch.sim import SimLauncher  # noqa: E402
 from tuner.sampling import make_sampler  # noqa: E402
@@ -65,10 +66,11 @@ def grid_configs(spec):
     names = [k.name for k in spec.space]
     for values in itertools.product(*(k.values_for_grid() for k in spec.space)):
         params = dict(zip(names, values))
-        if not is_active("prefetch_factor", params):
-            if params.get("prefetch_factor") != spec.knob("prefetch_factor").values_for_grid()[0]:
-                continue  # one representative of the configs without workers
-            params.pop("prefetch_factor")
+        inactive = [k for k in params if not is_active(k, params)]
+        if any(params[k] != spec.knob(k).values_for_grid()[0] for k in inactive):
+            continue  # one representative of the configs where a conditional knob does not apply
+        for k in inactive:
+            params.pop(k)
         yield params
 
 
@@ -81,6 +83,14 @@ def noiseless(spec, launcher, params, cache):
     return cache[key]
 
 
+def best_lower_bound(study, spec):
+    """Adaptive measurement's bar: the best ok trial's CI lower bound (as the coordinator's)."""
+    if not spec.trial.adaptive:
+        return None
+    ok = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("status") == "ok"]
+    return scheduling.best_lower_bound([t.intermediate_values[k] for k in sorted(t.intermediate_values)] for t in ok)
+
+
 def run_one(spec, make, seed, truth_cache, launcher, optimum, limit_s):
     study = optuna.create_study(direction="maximize", sampler=make())
     base = baseline_params(spec)
@@ -91,20 +101,23 @@ def run_one(spec, make, seed, truth_cache, launcher, optimum, limit_s):
     best_value, best_params = -1.0, None
     while True:
         trials = study.get_trials(deepcopy=False)
-        ledger = ledger_from_trials(trials, limit_s)
-        estimate = estimate_trial_cost(ledger.measured_costs, first_estimate_gpu_seconds=_first_estimate(spec))
-        cap = trial_cap(ledger, estimate)
-        if cap is None:
+        # the coordinator's own scheduling core, ablation off (this bench scores the search alone)
+        admission = scheduling.next_admission(
+            ledger_from_trials(trials, limit_s), first_estimate_gpu_seconds=scheduling.first_estimate(spec),
+            search_limit_gpu_seconds=limit_s, ablation=False, ablation_planned=False,
+            queued=any(t.state == optuna.trial.TrialState.WAITING for t in trials))
+        if admission.action != "launch":
             break
+        cap = admission.cap_gpu_seconds
         trial = study.ask()
         params = suggest_params(trial, spec)
         trial.set_user_attr("reserved_gpu_seconds", cap)
         request = TrialRequest(study_name="bench", number=trial.number, params=complete_params(params, spec),
                                spec=spec_seeded, run_dir=Path("/nonexistent"), max_gpu_seconds=cap,
                                stop_below_tokens_per_sec_per_gpu=(None if trial.user_attrs.get("role")
-                                                                  else _best_lower_bound(study, spec)))
+                                                                  else best_lower_bound(study, spec)))
         result = launcher.launch(request)
-        _record(study, trial, result)
+        record_result(study, trial, result)
         used += result.gpu_seconds
         STARTUP_SHARE.append((result.world_size * (result.startup_seconds or 0.0), result.gpu_seconds))
         if result.tokens_per_sec_per_gpu is not None and result.tokens_per_sec_per_gpu > best_value:
@@ -186,7 +199,8 @@ def main() -> None:
         print(f"{spec.study.name}: {len(configs)} configs in the grid, optimum {optimum:,.0f} tokens/s/GPU",
               file=sys.stderr, flush=True)
     print(f"\n{seeds} seeds per cell; mean ± 95% CI over seeds; GPU-h to 98% counts only seeds that reached it.\n")
-    print("| cluster | strategy | GPU-h to 98% of optimum | seeds reaching 98% | found @10 GPU-h | @20 | @40 | configs / 40 GPU-h |")
+    print("| cluster | strategy | GPU-h to 98% of optimum | seeds reaching 98% | found @10 GPU-h | @20 | @40 "
+          "| configs / 40 GPU-h |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for (cluster, name), s in results.items():
         print(f"| {cluster} | {name} | {mean_ci(s['gpuh_to_98'])} | {sum(math.isfinite(x) for x in s['gpuh_to_98'])}/{seeds} | "

@@ -11,17 +11,22 @@ Example:
     ['nccl_algo', 'nccl_proto']
 """
 
-from helper.calibration import (CONSTANTS, DEFAULT_CALIBRATION_PATH, calibration_source,
-                                load_calibration, resolve_constants)
+from helper.calibration import CONSTANTS, DEFAULT_CALIBRATION_PATH, calibration_source, load_calibration, resolve_constants
 from helper.collectives import UnsupportedCollective
 from helper.fitting import fit_calibration, measurement_plan
 from helper.gpus import GPUS, GpuSpec, get_gpu
 from helper.memory import SHARDINGS, estimate_memory, normalize_sharding
 from helper.sizes import ModelShape, parse_dataset_size, parse_model_size
 from helper.suggest import explain, format_breakdown, suggest_config
-from helper.throughput import (DEFAULT_MEAN_TOKENS_PER_EXAMPLE, Prediction, estimate_padding_efficiency,
-                               estimate_startup_seconds, flops_per_token, predict_step_time,
-                               predict_throughput)
+from helper.throughput import (
+                                DEFAULT_MEAN_TOKENS_PER_EXAMPLE,
+                                Prediction,
+                                estimate_padding_efficiency,
+                                estimate_startup_seconds,
+                                flops_per_token,
+                                predict_step_time,
+                                predict_throughput,
+)
 
 __all__ = [
     "suggest_config", "estimate_memory", "predict_throughput", "predict_step_time",

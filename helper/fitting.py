@@ -28,8 +28,8 @@ from scipy.optimize import least_squares
 
 from helper.calibration import CONSTANTS, PRIORS, SCHEMA_VERSION, load_calibration, resolve_constants
 from helper.collectives import UnsupportedCollective
-from helper.throughput import StepPlan, plan_step, step_time_breakdown
 from helper.sizes import parse_model_size
+from helper.throughput import StepPlan, plan_step, step_time_breakdown
 
 __all__ = ["fit_calibration", "measurement_plan", "KNOBS_REPORTED"]
 
@@ -233,7 +233,7 @@ def fit_calibration(measurements: list[dict[str, Any]], *, base: dict[str, Any] 
     abs_after = [abs(e) for e in after]
     per_gpu = {g: {"n": len(grp), "median_abs_pct_error": round(statistics.median(
         abs(e) for (it, e) in zip(items, after) if it[1].gpu.name == g), 2)} for g, grp in by_gpu.items()}
-    now = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+    now = _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat()
     studies = sorted({str(m["study"]) for m in measurements if m.get("study")})
     refs = sorted({str(m["ref"]) for m in measurements if m.get("ref")})
     return {

@@ -15,13 +15,18 @@ import math
 from pathlib import Path
 from typing import Any
 
-from helper.calibration import resolve_constants, _as_calibration
+from helper.calibration import _as_calibration, resolve_constants
 from helper.collectives import UnsupportedCollective
 from helper.gpus import get_gpu
 from helper.memory import estimate_memory, normalize_sharding
 from helper.sizes import parse_dataset_size, parse_model_size
-from helper.throughput import (DEFAULT_MEAN_TOKENS_PER_EXAMPLE, estimate_padding_efficiency,
-                               estimate_startup_seconds, plan_step, step_time_breakdown)
+from helper.throughput import (
+    DEFAULT_MEAN_TOKENS_PER_EXAMPLE,
+    estimate_padding_efficiency,
+    estimate_startup_seconds,
+    plan_step,
+    step_time_breakdown,
+)
 
 __all__ = ["suggest_config", "explain", "format_breakdown", "DEFAULT_MEMORY_HEADROOM",
            "CHECKPOINT_BYTES_PER_PARAM"]
@@ -188,7 +193,8 @@ def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: 
             continue
         if tps > best_tps * (1 + _MIN_GAIN):
             algo, proto, best_tps = a, p, tps
-            nccl_note = f"the calibration measured {const} and predicts {tps / ref['tokens_per_sec_per_gpu'] - 1:+.0%} over default"
+            gain = tps / ref["tokens_per_sec_per_gpu"] - 1
+            nccl_note = f"the calibration measured {const} and predicts {gain:+.0%} over default"
 
     final_plan = plan_step(shape, gpu_count, **knobs(mb, ga, ac, every, workers, algo, proto))
     t = step_time_breakdown(final_plan, constants)

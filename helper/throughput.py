@@ -64,7 +64,7 @@ class Prediction(float):
     source: str
     details: dict[str, Any]
 
-    def __new__(cls, value: float, *, source: str, details: dict[str, Any] | None = None) -> "Prediction":
+    def __new__(cls, value: float, *, source: str, details: dict[str, Any] | None = None) -> Prediction:
         obj = super().__new__(cls, value)
         obj.source = source
         obj.details = dict(details or {})

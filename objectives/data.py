@@ -144,14 +144,14 @@ class TextTokenizer:
         return self.backend.to_str()
 
     @classmethod
-    def from_json(cls, text: str) -> "TextTokenizer":
+    def from_json(cls, text: str) -> TextTokenizer:
         """The inverse of :meth:`to_json`."""
         from tokenizers import Tokenizer
 
-        return cls._wrap(Tokenizer.from_str(text))
+        return cls.wrap(Tokenizer.from_str(text))
 
     @classmethod
-    def _wrap(cls, tok: Any) -> "TextTokenizer":
+    def wrap(cls, tok: Any) -> TextTokenizer:
         return cls(tok, eos_id=tok.token_to_id("</s>"), pad_id=tok.token_to_id("<pad>"), vocab_size=tok.get_vocab_size())
 
 
@@ -222,7 +222,7 @@ def load_tokenizer(data_cfg: Mapping[str, Any], examples: Sequence[Mapping[str, 
         tmp = cache.with_suffix(f".tmp{os.getpid()}")
         tok.save(str(tmp))
         os.replace(tmp, cache)
-    return TextTokenizer._wrap(Tokenizer.from_file(str(cache)))
+    return TextTokenizer.wrap(Tokenizer.from_file(str(cache)))
 
 
 # ------------------------------------------------------------------------------ datasets

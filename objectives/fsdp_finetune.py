@@ -25,9 +25,15 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+# The trial protocol and the knob catalogue: standard library only, no control plane.
+from tuner import knobs as catalogue
+from tuner import protocol
+from tuner.errors import TrialConfigError
+from tuner.protocol import ResultWriter
 
 __all__ = ["main", "load_config", "parse_config", "TrialConfig", "Knobs", "TrialConfigError", "ResultWriter",
            "classify_error", "error_event", "init_distributed", "build_data", "build_sharded_model",
@@ -39,7 +45,7 @@ _IMPORT_S = time.perf_counter()
 # ------------------------------------------------------------------------------ defaults
 LEARNING_RATE = 2e-5  # Stanford Alpaca's fine-tuning LR (tatsu-lab/stanford_alpaca README); values don't change speed
 LAUNCH_KNOB_PREFIX = "nccl_"  # launch-level knobs: the launcher turns them into NCCL_* variables
-NCCL_ENV_VARS = ("NCCL_ALGO", "NCCL_PROTO")
+NCCL_ENV_VARS = tuple(catalogue.KNOBS[name].env_var for name in catalogue.LAUNCH_KNOBS)
 CONFIG_ERROR_GRACE_S = 10.0  # how long ranks > 0 wait for rank 0 to report a config error
 # Compute dtypes (tuner.spec's list). fp16 runs without a loss scaler: a few steps' numbers
 # don't matter for speed, and the scaler's inf checks cost little next to a step.
@@ -54,44 +60,32 @@ CUDA_NAME_TO_GPU: tuple[tuple[str, str | None], ...] = (
 )
 
 
-class TrialConfigError(ValueError):
-    """The trial config is not something this workload can run (the message names the key)."""
+class Knobs(Mapping[str, Any]):
+    """The workload knobs of one trial (tuner.knobs names), validated, defaults filled in.
 
+    Read as attributes (``knobs.micro_batch``) or as a mapping; a conditional knob that is
+    not active (``prefetch_factor`` with no workers) reads as None.
+    """
 
-@dataclass(frozen=True, kw_only=True)
-class Knobs:
-    """The workload knobs of one trial (Optuna parameter names), validated."""
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self._values = {k: v for k, v in values.items() if k in catalogue.WORKLOAD_KNOBS}
 
-    micro_batch: int = 1
-    """Sequences per micro-batch per rank."""
-    grad_accum: int = 1
-    """Micro-batches per optimizer step; gradients are reduced only on the last one."""
-    num_workers: int = 0
-    """DataLoader worker processes per rank (they tokenize); 0 = in the training process."""
-    prefetch_factor: int | None = None
-    """Batches each worker loads ahead; None when num_workers == 0 (PyTorch's rule)."""
-    padding: str = "max_length"
-    """`max_length`, `longest` or `packed` (objectives.data)."""
-    activation_checkpointing: bool = False
-    """Recompute each block's activations in backward (default: the model section's setting)."""
-    reshard_after_forward: bool = True
-    """FSDP2: free gathered block weights after forward and gather again for backward."""
+    def __getattr__(self, name: str) -> Any:
+        if name in catalogue.WORKLOAD_KNOBS:
+            return self._values.get(name)
+        raise AttributeError(f"no knob {name!r}; workload knobs: {', '.join(catalogue.WORKLOAD_KNOBS)}")
 
-    def __post_init__(self) -> None:
-        for name, low in (("micro_batch", 1), ("grad_accum", 1), ("num_workers", 0)):
-            _check_int(name, getattr(self, name), low)
-        if self.prefetch_factor is not None:
-            _check_int("prefetch_factor", self.prefetch_factor, 1)
-        if self.padding not in ("max_length", "longest", "packed"):
-            raise TrialConfigError(f"params.padding {self.padding!r}: one of max_length, longest, packed")
-        for name in ("activation_checkpointing", "reshard_after_forward"):
-            if not isinstance(getattr(self, name), bool):
-                raise TrialConfigError(f"params.{name} {getattr(self, name)!r}: true or false")
+    def __getitem__(self, name: str) -> Any:
+        return self._values[name]
 
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
 
-def _check_int(name: str, value: Any, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise TrialConfigError(f"params.{name} {value!r}: an integer >= {low}")
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"Knobs({self._values!r})"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,7 +106,7 @@ class TrialConfig:
     """Optimizer steps measured (at most, with adaptive measurement)."""
     adaptive: bool = False
     """Stop measuring early once precise enough or clearly worse than the study's best
-    (`tuner.launch.adaptive.stop_reason`, the rule the sim launcher uses too)."""
+    (`tuner.measurement.stop_reason`, the rule the sim launcher uses too)."""
     min_steps: int = 4
     """Adaptive measurement never stops before this many measured steps."""
     target_rel_ci: float = 0.02
@@ -143,19 +137,16 @@ def parse_config(raw: Mapping[str, Any]) -> TrialConfig:
         (4, {'nccl_algo': 'Ring'})
     """
     params = dict(raw.get("params") or {})
-    known = {f.name for f in fields(Knobs)}
-    unknown = sorted(k for k in params if k not in known and not k.startswith(LAUNCH_KNOB_PREFIX))
+    unknown = sorted(k for k in params if k not in catalogue.KNOBS and not k.startswith(LAUNCH_KNOB_PREFIX))
     if unknown:
         raise TrialConfigError(f"unknown knob {unknown[0]!r} in params; objectives.fsdp_finetune knows "
-                               f"{', '.join(sorted(known))} (and launch-level nccl_* knobs)")
+                               f"{', '.join(catalogue.WORKLOAD_KNOBS)} (and launch-level nccl_* knobs)")
+    for name, value in params.items():
+        problem = catalogue.value_problem(name, value) if name in catalogue.KNOBS else None
+        if problem:
+            raise TrialConfigError(f"params.{name}: {problem}")
     model = dict(raw.get("model") or {})
-    values = {k: v for k, v in params.items() if k in known}
-    values.setdefault("activation_checkpointing", bool(model.get("activation_checkpointing", False)))
-    knobs = Knobs(**values)
-    if knobs.num_workers == 0:
-        knobs = replace(knobs, prefetch_factor=None)  # a conditional knob: inactive without workers
-    elif knobs.prefetch_factor is None:
-        knobs = replace(knobs, prefetch_factor=2)  # PyTorch's DataLoader default
+    knobs = Knobs(catalogue.resolve(params, {"activation_checkpointing": bool(model.get("activation_checkpointing", False))}))
     if model.get("dtype", "auto") not in DTYPES:
         raise TrialConfigError(f"model.dtype {model.get('dtype')!r}: one of {', '.join(DTYPES)}")
     if not isinstance(model.get("seq_len"), int) or model["seq_len"] < 2:
@@ -187,31 +178,6 @@ def load_config(path: str | Path) -> TrialConfig:
 
 # ------------------------------------------------------------------- protocol output
 
-class ResultWriter:
-    """Appends protocol lines, each flushed, so a killed trial keeps its finished steps."""
-
-    def __init__(self, path: str | None, *, enabled: bool = True) -> None:
-        self.path, self.enabled = path, enabled
-
-    def emit(self, event: Mapping[str, Any]) -> None:
-        if not self.enabled:
-            return
-        line = json.dumps(event) + "\n"
-        if not self.path:
-            sys.stdout.write(line)
-            sys.stdout.flush()
-            return
-        with open(self.path, "a") as fh:  # O_APPEND: short lines from two ranks don't interleave
-            fh.write(line)
-            fh.flush()
-
-    def has_error(self) -> bool:
-        """Whether some rank already wrote an error line (the first failure is the cause)."""
-        if not self.path or not Path(self.path).exists():
-            return False
-        return '"event": "error"' in Path(self.path).read_text(errors="replace")
-
-
 def classify_error(exc: BaseException) -> str:
     """`oom` for out-of-memory of any allocator, else `error`.
 
@@ -232,8 +198,7 @@ def error_event(exc: BaseException, *, rank: int) -> dict[str, Any]:
     algorithm/protocol available ...") on a "Last error:" line after the first.
     """
     text = " | ".join(ln.strip() for ln in str(exc).splitlines() if ln.strip())
-    return {"event": "error", "kind": classify_error(exc), "rank": rank,
-            "message": f"{type(exc).__name__}: {text}"[:1000]}
+    return protocol.error_event(kind=classify_error(exc), message=f"{type(exc).__name__}: {text}", rank=rank)
 
 
 # ------------------------------------------------------------------------ measurement
@@ -342,9 +307,12 @@ def build_sharded_model(config: TrialConfig, *, vocab_size: int, device) -> tupl
              "bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[config.model.get("dtype", "auto")]
     # Compute in `dtype`, reduce gradients in fp32, keep fp32 master weights (torchtitan's default).
     mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+    # full_shard frees each block's gathered weights after forward (gathered again for backward);
+    # shard_grad_op keeps them until backward: FSDP2's reshard_after_forward=False.
+    reshard = catalogue.fsdp_reshard_after_forward(config.knobs)
     for block in transformer_blocks(model):
-        fully_shard(block, mp_policy=mp, reshard_after_forward=config.knobs.reshard_after_forward)
-    fully_shard(model, mp_policy=mp, reshard_after_forward=config.knobs.reshard_after_forward)
+        fully_shard(block, mp_policy=mp, reshard_after_forward=reshard)
+    fully_shard(model, mp_policy=mp, reshard_after_forward=reshard)
     materialize(model, device, seed=config.seed)
     if config.model.get("path"):
         load_pretrained(model, config.model["path"])
@@ -404,7 +372,7 @@ def run_trial(config: TrialConfig, writer: ResultWriter) -> dict[str, Any]:
 
     from objectives.data import iterate_batches
     from objectives.models import count_params
-    from tuner.launch.adaptive import stop_reason
+    from tuner.measurement import stop_reason
 
     rank, world = dist.get_rank(), dist.get_world_size()
     use_cuda = config.backend == "nccl"
@@ -445,8 +413,8 @@ def run_trial(config: TrialConfig, writer: ResultWriter) -> dict[str, Any]:
         step_s, wait_s = times.tolist()
         total_tokens, total_padded = total_tokens + tokens, total_padded + padded
         total_s, total_wait_s = total_s + step_s, total_wait_s + wait_s
-        writer.emit({"event": "step", "step": step, "tokens": tokens, "seconds": step_s,
-                     "padded_tokens": padded, "data_wait_s": wait_s, "loss": float(stats.loss.item())})
+        writer.emit(protocol.step_event(step=step, tokens=tokens, seconds=step_s, padded_tokens=padded,
+                                        data_wait_s=wait_s, loss=float(stats.loss.item())))
         values.append(tokens / step_s / world)
         if config.adaptive:
             # every rank holds the same reduced numbers, so every rank decides alike: no extra collective
@@ -465,8 +433,8 @@ def run_trial(config: TrialConfig, writer: ResultWriter) -> dict[str, Any]:
     if peak_flops:  # all computed tokens (padding too: the GPU did that work), per GPU
         flops = model_flops_per_token(model.config, n_params, config.seq_len)
         mfu = total_padded / total_s / world * flops / peak_flops
-    summary = {
-        "event": "summary", "tokens_per_sec_per_gpu": total_tokens / total_s / world,
+    summary = protocol.summary_event(**{
+        "tokens_per_sec_per_gpu": total_tokens / total_s / world,
         "peak_mem_gib": mem.item(), "data_wait_frac": total_wait_s / total_s,
         "peak_mem_kind": mem_kind + ", max over ranks", "data_wait_kind": "slowest rank per step",
         "step_time_s": total_s / len(values), "measured_steps": len(values), "stopped_early": stopped or None,
@@ -475,10 +443,12 @@ def run_trial(config: TrialConfig, writer: ResultWriter) -> dict[str, Any]:
         "timing": ("cuda-synchronized" if use_cuda else "cpu") + " wall clock per optimizer step, slowest rank",
         "startup_seconds": startup_s, "mfu": mfu, "mfu_peak_flops": peak_flops, "device": device_name,
         "dtype": str(dtype).removeprefix("torch."), "n_params": n_params,
-        "knobs": asdict(knobs), "launch_params": config.launch_params,
+        "knobs": dict(knobs), "launch_params": config.launch_params,
+        "layout": {"sharding": knobs.sharding, "reshard_after_forward": catalogue.fsdp_reshard_after_forward(knobs),
+                   "mesh": [world]},
         "nccl_env": {var: os.environ.get(var) for var in NCCL_ENV_VARS},
         "torch_version": torch.__version__,
-    }
+    })
     writer.emit(summary)
     return summary
 
@@ -504,13 +474,13 @@ def init_distributed(backend: str) -> None:
 
 def main() -> int:
     rank = int(os.environ.get("RANK", "0"))
-    writer = ResultWriter(os.environ.get("TUNER_RESULT_FILE"), enabled=rank == 0)
+    writer = ResultWriter(os.environ.get(protocol.RESULT_ENV), enabled=rank == 0)
     # Workers tokenize one text at a time; the Rust pool only adds a fork warning.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
-        if "TUNER_TRIAL_CONFIG" not in os.environ:
-            raise TrialConfigError("TUNER_TRIAL_CONFIG is not set (path of the trial config JSON)")
-        config = load_config(os.environ["TUNER_TRIAL_CONFIG"])
+        if protocol.CONFIG_ENV not in os.environ:
+            raise TrialConfigError(f"{protocol.CONFIG_ENV} is not set (path of the trial config JSON)")
+        config = load_config(os.environ[protocol.CONFIG_ENV])
         init_distributed(config.backend)
         import torch.distributed as dist
 

@@ -72,15 +72,6 @@ def drop_database(host: str, port: int, user: str, name: str, password: str | No
         conn.close()
 
 
-@pytest.fixture
-def pg_url():
-    """A fresh, empty database on the local server; its SQLAlchemy URL."""
-    reason = pg_available()
-    if reason:
-        pytest.skip(reason)
-    name = create_database(PG_HOST, PG_PORT, PG_USER)
-    yield f"postgresql+psycopg2://{PG_USER}@{PG_HOST}:{PG_PORT}/{name}"
-    drop_database(PG_HOST, PG_PORT, PG_USER, name)
 
 
 # ------------------------------------------------------------- a private server
@@ -179,23 +170,8 @@ def start_private_server(*, user: str, password: str, db: str, options: list[str
     return server
 
 
-@pytest.fixture(scope="session")
-def compose_pg():
-    """A private server configured from docker-compose.yml's postgres service."""
-    env, options = compose_postgres()
-    server = start_private_server(user=env["POSTGRES_USER"], password=env["POSTGRES_PASSWORD"],
-                                  db=env["POSTGRES_DB"], options=options)
-    yield server
-    server.stop()
-    shutil.rmtree(server.datadir.parent, ignore_errors=True)
 
 
-@pytest.fixture
-def private_db_url(compose_pg):
-    """A fresh database on the private server (password auth); its SQLAlchemy URL."""
-    name = create_database("127.0.0.1", compose_pg.port, compose_pg.user, compose_pg.password)
-    yield compose_pg.url(name)
-    drop_database("127.0.0.1", compose_pg.port, compose_pg.user, name, compose_pg.password)
 
 
 def wait_until(predicate, *, timeout_s: float, interval_s: float = 0.2) -> bool:

@@ -34,9 +34,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
-
-__all__ = ["SlurmCluster", "missing_reason", "start_cluster", "slurm_cluster"]
+__all__ = ["SlurmCluster", "missing_reason", "start_cluster"]  # the fixture is in conftest.py
 
 _BINARIES = ("munged", "slurmctld", "slurmd", "srun", "sbatch", "squeue", "scancel", "scontrol")
 _READY_TIMEOUT_S = 60.0
@@ -278,21 +276,3 @@ def _wait_ready(cluster: SlurmCluster, timeout_s: float) -> None:
         time.sleep(1.0)
     raise RuntimeError(f"srun did not answer on every node within {timeout_s:g} s: {last}")
 
-
-@pytest.fixture(scope="session")
-def slurm_cluster():
-    """A running one-node Slurm for the session; SLURM_CONF points at it meanwhile."""
-    reason = missing_reason()
-    if reason:
-        pytest.skip(reason)
-    cluster = start_cluster()
-    previous = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = str(cluster.conf_path)
-    try:
-        yield cluster
-    finally:
-        if previous is None:
-            os.environ.pop("SLURM_CONF", None)
-        else:
-            os.environ["SLURM_CONF"] = previous
-        cluster.stop()

@@ -64,7 +64,8 @@ def synthetic_study(n=60, seed=0):
              "prefetch_factor": [2, 4], "nccl_proto": ["default", "Simple"]}   # nccl_proto: no effect
     study.set_user_attr("spec", {"space": {k: {"choices": v} for k, v in space.items()},
                                  "model": {"preset": "tiny", "seq_len": 64},
-                                 "cluster": {"nodes": 1, "gpus_per_node": 2, "gpu": "cpu", "backend": "gloo", "launcher": "local"},
+                                 "cluster": {"nodes": 1, "gpus_per_node": 2, "gpu": "cpu", "backend": "gloo",
+                                             "launcher": "local"},
                                  "data": {"source": "synthetic"}})
     study.set_user_attr("budget_limit_gpu_seconds", 10_000.0)
     study.set_user_attr("simulated", False)

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from spine_helpers import fast_spec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,7 +29,8 @@ def test_help_explains_every_command(tmp_path):
 @pytest.mark.parametrize("args, needle", [
     (["run", "--study", "missing.toml"], "missing.toml: cannot read spec"),
     (["run", "--study", str(ROOT / "studies/quickstart.toml"), "--budget", "40h"], "--budget: bad budget '40h'"),
-    (["run", "--study", str(ROOT / "studies/quickstart.toml"), "--storage", "sqlite:////no/such/dir/t.db"], "folder /no/such/dir does not exist"),
+    (["run", "--study", str(ROOT / "studies/quickstart.toml"), "--storage", "sqlite:////no/such/dir/t.db"],
+     "folder /no/such/dir does not exist"),
     (["status", "--storage", "sqlite:///absent.db"], "no such database file"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):

@@ -20,9 +20,9 @@ import optuna
 import pytest
 import sqlalchemy
 import yaml
-
-from pg import compose_pg, expand, free_port, pg_available, sleep_launcher  # noqa: F401 - fixture
+from pg import expand, free_port, pg_available, sleep_launcher
 from spine_helpers import fast_spec
+
 from tuner.coordinator import RunOptions, run_study
 
 ROOT = Path(__file__).resolve().parents[1]

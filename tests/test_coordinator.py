@@ -1,20 +1,26 @@
-"""The ask -> admit -> launch -> tell loop, with an in-process launcher (no processes)."""
+"""The ask -> admit -> launch -> tell loop, with an in-process launcher (no processes).
+
+The coordinator's contract suite: every test that takes ``storage_url`` runs on SQLite and
+on PostgreSQL (tests/conftest.py), as Optuna's StorageTestCase runs over its backends.
+"""
 
 import time
 
 import optuna
 import pytest
 from optuna.trial import TrialState
-
-from pg import pg_url  # noqa: F401 - fixture
 from spine_helpers import fast_spec
+
+from tuner.ablation import plan_ablation
 from tuner.analysis import analyze_record
-from tuner.coordinator import (RunOptions, StudyConflictError, load_existing_study, open_study, plan_ablation,
-                               run_study)
+from tuner.coordinator import RunOptions, run_study
+from tuner.errors import StudyConflictError
 from tuner.launch import Launcher, TrialResult
+from tuner.optuna_internals import trial_id
 from tuner.record import study_record
-from tuner.space import suggest_params
+from tuner.space import complete_params, suggest_params
 from tuner.storage import open_storage
+from tuner.study import load_existing_study, open_study
 
 
 class FakeLauncher(Launcher):
@@ -40,18 +46,18 @@ class FakeLauncher(Launcher):
         return TrialResult(status="ok", step_values=tuple((s, tps + (s % 2)) for s in range(1, 5)), **common)
 
 
-def options(tmp_path, **kw):
-    return RunOptions(storage_url=f"sqlite:///{tmp_path}/t.db", runs_dir=tmp_path / "runs", **kw)
+def options(storage_url, tmp_path, **kw):
+    return RunOptions(storage_url=storage_url, runs_dir=tmp_path / "runs", **kw)
 
 
-def load(tmp_path, name="fast"):
-    return optuna.load_study(study_name=name, storage=f"sqlite:///{tmp_path}/t.db")
+def load(storage_url, name="fast"):
+    return optuna.load_study(study_name=name, storage=storage_url)
 
 
-def test_study_record_budget_and_baseline(tmp_path):
+def test_study_record_budget_and_baseline(tmp_path, storage_url):
     spec = fast_spec(tmp_path)
-    summary = run_study(spec, options(tmp_path, budget_gpu_seconds=95.0), launcher=FakeLauncher(spec))
-    study = load(tmp_path)
+    summary = run_study(spec, options(storage_url, tmp_path, budget_gpu_seconds=95.0), launcher=FakeLauncher(spec))
+    study = load(storage_url)
     trials = study.get_trials()
     assert trials[0].user_attrs["role"] == "baseline"
     assert trials[0].params == {"micro_batch": 1, "padding": "max_length", "nccl_algo": "default"}
@@ -73,55 +79,56 @@ def test_study_record_budget_and_baseline(tmp_path):
     assert attrs["simulated"] is False
 
 
-def test_ctrl_c_then_resume(tmp_path):
+def test_ctrl_c_then_resume(tmp_path, storage_url):
     spec = fast_spec(tmp_path)
     with pytest.raises(KeyboardInterrupt):
-        run_study(spec, options(tmp_path, budget_gpu_seconds=60.0), launcher=FakeLauncher(spec, interrupt_at=2))
-    study = load(tmp_path)
+        run_study(spec, options(storage_url, tmp_path, budget_gpu_seconds=60.0), launcher=FakeLauncher(spec, interrupt_at=2))
+    study = load(storage_url)
     interrupted = [t for t in study.trials if t.state == TrialState.FAIL]
     assert len(interrupted) == 1 and interrupted[0].user_attrs["gpu_seconds"] >= 0
     waiting = [t for t in study.trials if t.state == TrialState.WAITING]
     assert len(waiting) == 1 and waiting[0].user_attrs["retry_of"] == interrupted[0].number
     launcher = FakeLauncher(spec)
-    run_study(spec, options(tmp_path), launcher=launcher)                # the same command again
+    run_study(spec, options(storage_url, tmp_path), launcher=launcher)                # the same command again
     assert launcher.calls[0].params["micro_batch"] == interrupted[0].params["micro_batch"]
-    study = load(tmp_path)
+    study = load(storage_url)
     assert not [t for t in study.trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
 
 
-def test_dead_coordinators_trial_goes_stale_counts_and_is_retried_once(tmp_path):
+def test_dead_coordinators_trial_goes_stale_counts_and_is_retried_once(tmp_path, storage_url):
     spec = fast_spec(tmp_path)
-    study, _ = open_study(spec, options(tmp_path, budget_gpu_seconds=100.0))
+    study, _ = open_study(spec, storage_url=storage_url, budget_gpu_seconds=100.0)
     dead = study.ask()                                    # the baseline, as a dead coordinator left it
     params = suggest_params(dead, spec)
     dead.set_user_attr("reserved_gpu_seconds", 30.0)
-    storage = open_storage(f"sqlite:///{tmp_path}/t.db")
-    storage.record_heartbeat(dead._trial_id)
+    storage = open_storage(storage_url)
+    storage.record_heartbeat(trial_id(dead))
     time.sleep(2.5)
     launcher = FakeLauncher(spec)
-    summary = run_study(spec, options(tmp_path, grace_period_s=1), launcher=launcher)
-    study = load(tmp_path)
+    summary = run_study(spec, options(storage_url, tmp_path, grace_period_s=1), launcher=launcher)
+    study = load(storage_url)
     assert study.trials[0].state == TrialState.FAIL
-    assert launcher.calls[0].params == {**params, "activation_checkpointing": False, "nccl_proto": "default"}
+    assert launcher.calls[0].params == complete_params(params, spec)   # every knob, defaults filled
+    assert launcher.calls[0].params["activation_checkpointing"] is False and launcher.calls[0].params["nccl_proto"] == "default"
     retry = study.trials[1]
     assert retry.user_attrs["retry_of"] == 0 and retry.user_attrs["role"] == "baseline"
     # the dead trial's reservation counts: 30 + 7 x 10 = 100
     assert summary.used_gpu_seconds == pytest.approx(100.0) and summary.launched == 7
 
 
-def test_a_trial_running_elsewhere_is_waited_out_and_the_study_ends_with_none_in_flight(tmp_path):
+def test_a_trial_running_elsewhere_is_waited_out_and_the_study_ends_with_none_in_flight(tmp_path, storage_url):
     spec = fast_spec(tmp_path)
-    study, _ = open_study(spec, options(tmp_path, budget_gpu_seconds=40.0))
+    study, _ = open_study(spec, storage_url=storage_url, budget_gpu_seconds=40.0)
     dead = study.ask()                           # a coordinator killed -9 a moment ago
     suggest_params(dead, spec)
     dead.set_user_attr("reserved_gpu_seconds", 35.0)  # 5 left: nothing fits until it ends
-    open_storage(f"sqlite:///{tmp_path}/t.db").record_heartbeat(dead._trial_id)
+    open_storage(storage_url).record_heartbeat(trial_id(dead))
     events, t0 = [], time.monotonic()
-    summary = run_study(spec, options(tmp_path, grace_period_s=2), on_event=events.append,
+    summary = run_study(spec, options(storage_url, tmp_path, grace_period_s=2), on_event=events.append,
                         launcher=FakeLauncher(spec))
     assert time.monotonic() - t0 >= 1.5          # waited for the heartbeat to go stale
     assert any("running elsewhere" in e.message for e in events if e.kind == "note")
-    study = load(tmp_path)
+    study = load(storage_url)
     assert study.trials[0].state == TrialState.FAIL and "status" not in study.trials[0].user_attrs
     retry = study.trials[1]                      # its retry: no budget left to run it
     assert retry.user_attrs["retry_of"] == 0 and retry.state == TrialState.FAIL
@@ -131,10 +138,10 @@ def test_a_trial_running_elsewhere_is_waited_out_and_the_study_ends_with_none_in
     assert summary.used_gpu_seconds == pytest.approx(35.0)   # the dead trial's reservation
 
 
-def test_ablation_runs_the_budget_cannot_pay_for_end_skipped_and_out_of_the_statistics(tmp_path):
+def test_ablation_runs_the_budget_cannot_pay_for_end_skipped_and_out_of_the_statistics(tmp_path, storage_url):
     spec = fast_spec(tmp_path, ablation_share=0.1)
-    summary = run_study(spec, options(tmp_path, budget_gpu_seconds=100.0), launcher=FakeLauncher(spec))
-    study = load(tmp_path)
+    summary = run_study(spec, options(storage_url, tmp_path, budget_gpu_seconds=100.0), launcher=FakeLauncher(spec))
+    study = load(storage_url)
     assert not [t for t in study.trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
     ablation = [t for t in study.trials if t.user_attrs.get("role") == "ablation"]
     skipped = [t for t in ablation if t.state == TrialState.FAIL]
@@ -149,10 +156,10 @@ def test_ablation_runs_the_budget_cannot_pay_for_end_skipped_and_out_of_the_stat
     assert not {t.number for t in skipped} & {t["trial"] for t in analysis["trials"]}
 
 
-def test_ablation_after_search(tmp_path):
+def test_ablation_after_search(tmp_path, storage_url):
     spec = fast_spec(tmp_path, ablation_share=0.3)
-    run_study(spec, options(tmp_path, budget_gpu_seconds=200.0), launcher=FakeLauncher(spec))
-    study = load(tmp_path)
+    run_study(spec, options(storage_url, tmp_path, budget_gpu_seconds=200.0), launcher=FakeLauncher(spec))
+    study = load(storage_url)
     ablation = [t for t in study.trials if t.user_attrs.get("role") == "ablation"]
     search = [t for t in study.trials if t.user_attrs.get("role") != "ablation"]
     best = max((t for t in search if t.user_attrs["status"] == "ok"), key=lambda t: t.value)
@@ -182,19 +189,19 @@ def test_plan_ablation_puts_the_given_order_first(tmp_path):
     assert [k for k, _ in plan_ablation(spec, best, base, ["num_workers", "nope"])] == [None, "num_workers", "micro_batch"]
 
 
-def test_joining_with_another_spec_is_refused_with_a_diff(tmp_path):
+def test_joining_with_another_spec_is_refused_with_a_diff(tmp_path, storage_url):
     spec = fast_spec(tmp_path)
-    open_study(spec, options(tmp_path, budget_gpu_seconds=50.0))
+    open_study(spec, storage_url=storage_url, budget_gpu_seconds=50.0)
     other = fast_spec(tmp_path, timeout_s=99)
     with pytest.raises(StudyConflictError, match=r"trial.timeout_s: 60(\.0)? -> 99"):
-        open_study(other, options(tmp_path))
+        open_study(other, storage_url=storage_url)
 
 
-def test_no_budget_anywhere_is_an_error_and_creates_nothing(tmp_path):
+def test_no_budget_anywhere_is_an_error_and_creates_nothing(tmp_path, storage_url):
     spec = fast_spec(tmp_path)
     with pytest.raises(StudyConflictError, match="no budget"):
-        open_study(spec, options(tmp_path))
-    assert optuna.get_all_study_names(f"sqlite:///{tmp_path}/t.db") == []
+        open_study(spec, storage_url=storage_url)
+    assert optuna.get_all_study_names(storage_url) == []
 
 
 class FlakyInfraLauncher(FakeLauncher):
@@ -208,11 +215,11 @@ class FlakyInfraLauncher(FakeLauncher):
         return result
 
 
-def test_infrastructure_failure_is_fail_charged_and_retried_not_a_constraint(tmp_path):
+def test_infrastructure_failure_is_fail_charged_and_retried_not_a_constraint(tmp_path, storage_url):
     spec = fast_spec(tmp_path)
     launcher = FlakyInfraLauncher(spec)
-    run_study(spec, options(tmp_path, budget_gpu_seconds=24.0), launcher=launcher)
-    study = load(tmp_path)
+    run_study(spec, options(storage_url, tmp_path, budget_gpu_seconds=24.0), launcher=launcher)
+    study = load(storage_url)
     first, retry = study.trials[0], study.trials[1]
     assert first.state == TrialState.FAIL and first.user_attrs["gpu_seconds"] == 4.0
     assert "constraints:failed" not in first.system_attrs
@@ -225,11 +232,11 @@ class BrokenLauncher(FakeLauncher):
         raise RuntimeError("sbatch refused: invalid account")
 
 
-def test_a_broken_launcher_leaves_no_running_trial(tmp_path):
+def test_a_broken_launcher_leaves_no_running_trial(tmp_path, storage_url):
     spec = fast_spec(tmp_path)
     with pytest.raises(RuntimeError, match="sbatch refused"):
-        run_study(spec, options(tmp_path, budget_gpu_seconds=50.0), launcher=BrokenLauncher(spec))
-    study = load(tmp_path)
+        run_study(spec, options(storage_url, tmp_path, budget_gpu_seconds=50.0), launcher=BrokenLauncher(spec))
+    study = load(storage_url)
     assert study.trials[0].state == TrialState.FAIL
     assert "sbatch refused" in study.trials[0].user_attrs["message"]
     assert not [t for t in study.trials if t.state == TrialState.RUNNING]

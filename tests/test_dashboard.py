@@ -11,9 +11,9 @@ from pathlib import Path
 
 import optuna
 import pytest
-
-from pg import free_port, pg_url, sleep_launcher, wait_until  # noqa: F401 - fixture
+from pg import free_port, sleep_launcher, wait_until
 from spine_helpers import fast_spec
+
 from tuner.coordinator import RunOptions, run_study
 
 pytestmark = pytest.mark.postgres

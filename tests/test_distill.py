@@ -14,8 +14,8 @@ import helper
 from helper.calibration import resolve_constants
 from helper.fitting import measurement_plan
 from helper.throughput import step_time_breakdown
-from tuner.coordinator import StudyConflictError
 from tuner.distill import distill, study_measurements
+from tuner.errors import StudyConflictError
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

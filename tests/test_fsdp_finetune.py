@@ -12,8 +12,15 @@ import torch
 
 from objectives.data import count_tokens, iterate_batches
 from objectives.fsdp_finetune import (
-    ResultWriter, TrialConfigError, build_data, classify_error, error_event, parse_config,
-    peak_flops_for, run_trial, train_step,
+    ResultWriter,
+    TrialConfigError,
+    build_data,
+    classify_error,
+    error_event,
+    parse_config,
+    peak_flops_for,
+    run_trial,
+    train_step,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,10 +60,11 @@ def test_config_defaults_conditional_knobs_and_model_settings(tmp_path):
 
 @pytest.mark.parametrize("params,match", [
     ({"warp_drive": 9}, "unknown knob 'warp_drive' in params"),
-    ({"micro_batch": 0}, "params.micro_batch 0: an integer >= 1"),
-    ({"grad_accum": 1.5}, "params.grad_accum 1.5"),
-    ({"padding": "ragged"}, "params.padding 'ragged'"),
-    ({"reshard_after_forward": "yes"}, "params.reshard_after_forward 'yes': true or false"),
+    ({"micro_batch": 0}, "params.micro_batch: 0 is not an integer >= 1"),
+    ({"grad_accum": 1.5}, "params.grad_accum: 1.5"),
+    ({"padding": "ragged"}, "params.padding: unknown padding 'ragged'"),
+    ({"reshard_after_forward": "yes"}, "params.reshard_after_forward: 'yes' is not true/false"),
+    ({"sharding": "zero9"}, "params.sharding: unknown sharding 'zero9'"),
 ])
 def test_bad_knobs_are_refused_naming_the_key(tmp_path, params, match):
     with pytest.raises(TrialConfigError, match=match):
@@ -181,8 +189,10 @@ def torchrun(tmp_path, raw, name, *, nproc=2, env=None):
 
 @pytest.mark.slow
 def test_torchrun_counts_exactly_the_batches_non_padding_tokens(tmp_path):
-    # Tokenization in a worker process per rank; checkpointing on (packed and no-reshard: above).
-    raw = trial_config(tmp_path, num_workers=1, prefetch_factor=2, activation_checkpointing=True)
+    # Tokenization in a worker process per rank; checkpointing on; FSDP2 as shard_grad_op
+    # (packed and no-reshard in a world of one: above).
+    raw = trial_config(tmp_path, num_workers=1, prefetch_factor=2, activation_checkpointing=True,
+                       sharding="shard_grad_op")
     proc, lines = torchrun(tmp_path, raw, "t", env={"NCCL_ALGO": "Ring"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     steps = [x for x in lines if x["event"] == "step"]
@@ -192,6 +202,7 @@ def test_torchrun_counts_exactly_the_batches_non_padding_tokens(tmp_path):
     assert summary["tokens_counted"] == "non_padding" and summary["nccl_env"] == {"NCCL_ALGO": "Ring", "NCCL_PROTO": None}
     assert 0 <= summary["data_wait_frac"] < 1 and summary["peak_mem_gib"] > 0 and summary["startup_seconds"] > 0
     assert summary["knobs"]["activation_checkpointing"] is True and summary["mfu"] is None   # no known peak on CPU
+    assert summary["layout"] == {"sharding": "shard_grad_op", "reshard_after_forward": False, "mesh": [2]}
     assert summary["tokens_per_sec_per_gpu"] == pytest.approx(
         sum(x["tokens"] for x in steps) / sum(x["seconds"] for x in steps) / 2)
 

@@ -8,12 +8,20 @@ import json
 
 import pytest
 
-from helper import (GPUS, Prediction, UnsupportedCollective, estimate_padding_efficiency,
-                    estimate_startup_seconds, flops_per_token, parse_model_size, predict_step_time,
-                    predict_throughput)
+from helper import (
+    GPUS,
+    Prediction,
+    UnsupportedCollective,
+    estimate_padding_efficiency,
+    estimate_startup_seconds,
+    flops_per_token,
+    parse_model_size,
+    predict_step_time,
+    predict_throughput,
+)
+from helper.calibration import resolve_constants
 from helper.collectives import CollectiveChoice, choose_collective, collective_time_s
 from helper.throughput import plan_step, step_time_breakdown
-from helper.calibration import resolve_constants
 
 H100 = GPUS["H100-80GB"]
 
@@ -78,13 +86,15 @@ def test_ll_is_slower_than_simple_at_large_messages_and_faster_at_tiny_ones():
 
 
 def test_default_lets_nccl_choose_like_its_tuner():
-    pick = lambda nbytes, nodes: choose_collective("allgather", nbytes, nccl_algo="default", nccl_proto=None,
-                                                   n=8 * nodes, nodes=nodes, gpus_per_node=8, gpu=H100)
+    def pick(nbytes, nodes):
+        return choose_collective("allgather", nbytes, nccl_algo="default", nccl_proto=None,
+                                 n=8 * nodes, nodes=nodes, gpus_per_node=8, gpu=H100)
     assert (pick(4e8, 1).algo, pick(4e8, 1).proto) == ("ring", "simple")
     assert pick(8e3, 1).proto == "ll" and not pick(8e3, 1).forced
     # Tree's latency grows with log2(nodes), Ring's with ranks: small all-reduces go to Tree at scale.
-    ar = lambda nodes: choose_collective("allreduce", 1e6, nccl_algo=None, nccl_proto=None,
-                                         n=8 * nodes, nodes=nodes, gpus_per_node=8, gpu=H100)
+    def ar(nodes):
+        return choose_collective("allreduce", 1e6, nccl_algo=None, nccl_proto=None,
+                                 n=8 * nodes, nodes=nodes, gpus_per_node=8, gpu=H100)
     assert ar(1).algo == "ring" and ar(64).algo == "tree"
 
 

@@ -1,17 +1,16 @@
 """The local launcher runs real torchrun jobs (2 processes) of the fast stand-in workload."""
 
-import os
-import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-
 from spine_helpers import fast_spec
+
 from tuner.launch import TrialRequest, get_launcher
 from tuner.launch.env import trial_environment
-from tuner.launch.protocol import classify_log, read_result_file
+from tuner.launch.protocol import classify_log
+from tuner.protocol import read_results
 from tuner.space import complete_params
 
 
@@ -90,7 +89,7 @@ def test_classify_log():
 def test_result_file_survives_a_cut_line(tmp_path):
     path = tmp_path / "r.jsonl"
     path.write_text('{"event": "step", "step": 3, "tokens": 100, "seconds": 0.5}\n{"event": "step", "st')
-    record = read_result_file(path)
+    record = read_results(path)
     assert len(record.steps) == 1 and record.summary is None
     assert record.step_values(world_size=2) == ((3, 100.0),)
 

@@ -18,13 +18,13 @@ from pathlib import Path
 import optuna
 import pytest
 from optuna.trial import TrialState
-
-from slurm_cluster import slurm_cluster  # noqa: F401  (the session fixture)
 from spine_helpers import FAST_OBJECTIVE
+
 from tuner.coordinator import RunOptions, run_study
+from tuner.errors import LauncherError, TunerError
 from tuner.launch import TrialRequest, get_launcher
-from tuner.launch.slurm import (SlurmError, SlurmLauncher, _client_env, diagnose_slurm_failure,
-                                parse_slurm_duration_s)
+from tuner.launch.slurm import SlurmError, SlurmLauncher
+from tuner.launch.slurm_commands import client_env, diagnose_slurm_failure, parse_slurm_duration_s, run_slurm
 from tuner.space import complete_params
 from tuner.spec import load_spec
 
@@ -121,8 +121,16 @@ def test_parse_slurm_duration_s():
 
 
 def test_an_enclosing_jobs_variables_do_not_leak_into_srun():
-    env = _client_env({"SLURM_NTASKS": "8", "SLURM_JOB_ID": "1", "SLURM_CONF": "/c", "PATH": "/bin"})
+    env = client_env({"SLURM_NTASKS": "8", "SLURM_JOB_ID": "1", "SLURM_CONF": "/c", "PATH": "/bin"})
     assert env == {"SLURM_CONF": "/c", "PATH": "/bin"}
+
+
+def test_a_missing_slurm_command_is_a_one_line_launcher_error():
+    # a TunerError: the CLI prints it as one line and exits 2; still a ValueError for old callers
+    assert issubclass(SlurmError, LauncherError) and issubclass(SlurmError, TunerError)
+    assert issubclass(SlurmError, ValueError)
+    with pytest.raises(SlurmError, match="`tuner-no-such-slurm-command` not found"):
+        run_slurm("tuner-no-such-slurm-command", "--version")
 
 
 def test_srun_command_starts_torchrun_on_every_node(tmp_path):

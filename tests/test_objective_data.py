@@ -9,8 +9,18 @@ import pytest
 import torch
 
 from objectives.data import (
-    IGNORE_INDEX, ExampleDataset, PackedDataset, TextTokenizer, build_dataloader, collate_rows, count_tokens,
-    format_alpaca, iterate_batches, load_examples, load_tokenizer, synthetic_examples,
+    IGNORE_INDEX,
+    ExampleDataset,
+    PackedDataset,
+    TextTokenizer,
+    build_dataloader,
+    collate_rows,
+    count_tokens,
+    format_alpaca,
+    iterate_batches,
+    load_examples,
+    load_tokenizer,
+    synthetic_examples,
     tokenizer_cache_path,
 )
 

@@ -17,9 +17,9 @@ import optuna
 import pytest
 import sqlalchemy
 from optuna.trial import TrialState
-
-from pg import compose_pg, pg_url, private_db_url, sleep_launcher, wait_until  # noqa: F401 - fixtures
+from pg import sleep_launcher, wait_until
 from spine_helpers import fast_spec
+
 from tuner.budget import ledger_from_trials
 from tuner.cli import main as tuner_main
 from tuner.coordinator import RunOptions, run_study

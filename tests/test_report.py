@@ -4,9 +4,10 @@ import shutil
 import subprocess
 
 import pytest
-
 from test_analysis import synthetic_study
+
 from tuner.analysis import analyze_study
+from tuner.optuna_internals import study_storage
 from tuner.report import render_recipe, save_recipe_note, write_report
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -38,8 +39,9 @@ def test_report_files_and_dashboard_note(study_and_analysis, tmp_path):
     assert '<script src="http' not in page and "Plotly" in page   # plotly.js inlined: works offline
     assert save_recipe_note(study, paths["recipe"].read_text())
     from optuna_dashboard._note import get_note_from_system_attrs
-    note = get_note_from_system_attrs(study.system_attrs if hasattr(study, "system_attrs")
-                                      else study._storage.get_study_system_attrs(study._study_id), None)
+    storage = study_storage(study)   # Optuna 5's Study has no system_attrs; its storage does
+    note = get_note_from_system_attrs(storage.get_study_system_attrs(
+        storage.get_study_id_from_name(study.study_name)), None)
     assert "Recipe" in note["body"]
 
 

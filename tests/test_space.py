@@ -1,14 +1,14 @@
 import optuna
-import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
-
 from spine_helpers import fast_spec
+
 from tuner.space import baseline_params, complete_params, distribution, suggest_params
 from tuner.spec import KnobSpace
 
 
 def test_distributions():
-    assert distribution(KnobSpace(name="padding", choices=("packed", "longest"))) == CategoricalDistribution(("packed", "longest"))
+    padding = distribution(KnobSpace(name="padding", choices=("packed", "longest")))
+    assert padding == CategoricalDistribution(("packed", "longest"))
     assert distribution(KnobSpace(name="grad_accum", low=1, high=8, log=True)) == IntDistribution(1, 8, log=True)
     assert distribution(KnobSpace(name="x", low=0.5, high=1.0)) == FloatDistribution(0.5, 1.0)
 

@@ -15,18 +15,17 @@ import sqlalchemy
 import sqlalchemy.exc
 from optuna.trial import TrialState
 
-from pg import pg_url  # noqa: F401 - fixture
-from tuner.storage import (DEFAULT_STORAGE, MAX_OVERFLOW, POOL_SIZE, StorageError, admission_lock,
-                           open_storage, redact_url, resolve_storage_url, with_retries)
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request, tmp_path):
-    """The same contract on both backends."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/t.db"
-    return request.getfixturevalue("pg_url")
-
+from tuner.storage import (
+    DEFAULT_STORAGE,
+    MAX_OVERFLOW,
+    POOL_SIZE,
+    StorageError,
+    admission_lock,
+    open_storage,
+    redact_url,
+    resolve_storage_url,
+    with_retries,
+)
 
 # ------------------------------------------------------------------------ resolution
 
@@ -95,7 +94,8 @@ def test_read_only_open_of_an_empty_database_says_so(pg_url):
 
 # ------------------------------------------------------------------ contract: schema
 
-def test_open_creates_the_schema_then_reads_it_without_creating(url):
+def test_open_creates_the_schema_then_reads_it_without_creating(storage_url):
+    url = storage_url
     storage = open_storage(url)
     optuna.create_study(study_name="s", storage=storage)
     reader = open_storage(url, heartbeat=False, create_tables=False)
@@ -110,8 +110,9 @@ def _open_in_process(url, barrier, errors):
         errors.put(repr(exc))
 
 
-def test_processes_that_start_together_create_the_schema_once(url):
+def test_processes_that_start_together_create_the_schema_once(storage_url):
     """Optuna's CREATE TABLEs race on PostgreSQL's catalog; tuner serialises them."""
+    url = storage_url
     ctx = mp.get_context("fork")
     barrier, errors = ctx.Barrier(6), ctx.Queue()
     procs = [ctx.Process(target=_open_in_process, args=(url, barrier, errors)) for _ in range(6)]
@@ -140,9 +141,10 @@ def _fail_stale(study, storage):
         optuna.storages.fail_stale_trials(study)
 
 
-def test_running_trials_beat_from_their_first_moment_and_go_stale_once(url):
+def test_running_trials_beat_from_their_first_moment_and_go_stale_once(storage_url):
     """A coordinator that dies right after `ask` leaves a trial that still goes stale; an
     enqueued trial is not stale while it waits; two checkers fail a dead trial once."""
+    url = storage_url
     failed = []
     stores = [open_storage(url, grace_period_s=1, stale_trial_callback=lambda s, t: failed.append(t.number))
               for _ in range(2)]
@@ -178,7 +180,8 @@ def _hold_lock(url, name, path, barrier):
                 fh.write(f"out {os.getpid()}\n")
 
 
-def test_admission_lock_serialises_processes(url, tmp_path):
+def test_admission_lock_serialises_processes(storage_url, tmp_path):
+    url = storage_url
     open_storage(url)                                         # the schema, before the race
     ctx = mp.get_context("fork")
     barrier = ctx.Barrier(4)

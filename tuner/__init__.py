@@ -1,6 +1,8 @@
 """tuner: a throughput autotuner for distributed LLM fine-tuning.
 
-The library API comes first; `tuner.cli` is a thin layer over it.
+The library API comes first; `tuner.cli` is a thin layer over it. Names are imported on
+first use, so ``import tuner.knobs`` or ``import tuner.protocol`` (what the trial workload
+does) loads neither Optuna nor SQLAlchemy.
 
 Example:
     >>> from tuner import load_spec, run_study, RunOptions          # doctest: +SKIP
@@ -8,15 +10,41 @@ Example:
     >>> run_study(spec, RunOptions(storage_url="sqlite:///tuner.db"))  # doctest: +SKIP
 """
 
-__version__ = "0.1.0"
+from __future__ import annotations
 
-from tuner.budget import parse_budget  # noqa: E402
-from tuner.coordinator import RunOptions, RunSummary, open_study, run_study, study_status  # noqa: E402
-from tuner.spec import SpecError, StudySpec, load_spec  # noqa: E402
-from tuner.storage import StorageError, open_storage, resolve_storage_url  # noqa: E402
+import importlib
+from importlib import metadata
+from typing import Any
 
-__all__ = [
-    "__version__", "parse_budget", "RunOptions", "RunSummary", "open_study", "run_study",
-    "study_status", "SpecError", "StudySpec", "load_spec", "StorageError", "open_storage",
-    "resolve_storage_url",
-]
+try:
+    __version__ = metadata.version("tuner")
+except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "0+unknown"
+
+# public name -> the module that defines it
+_EXPORTS = {
+    "parse_budget": "tuner.budget",
+    "RunOptions": "tuner.coordinator", "TrialEvent": "tuner.coordinator", "run_study": "tuner.coordinator",
+    "RunSummary": "tuner.study", "open_study": "tuner.study", "study_status": "tuner.study",
+    "load_existing_study": "tuner.study",
+    "StudySpec": "tuner.spec", "load_spec": "tuner.spec",
+    "open_storage": "tuner.storage", "resolve_storage_url": "tuner.storage",
+    "TunerError": "tuner.errors", "SpecError": "tuner.errors", "StorageError": "tuner.errors",
+    "StudyConflictError": "tuner.errors", "BudgetError": "tuner.errors",
+    "KNOBS": "tuner.knobs",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tuner' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

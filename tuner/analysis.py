@@ -5,9 +5,10 @@ How each number is made (and why):
 - **Per-trial CI of tokens/s/GPU.** Step values are autocorrelated (data-loader hiccups,
   communication contention), so an i.i.d. interval is too narrow (about 70% coverage for
   AR(1) with phi = 0.5, tests/test_analysis.py). We use non-overlapping batch means with a
-  t-quantile (Law & Kelton, *Simulation Modeling and Analysis*, 5th ed., sec. 9.5.3): 4
-  batches below 50 steps, 6 above; batch means of consecutive steps are close to
-  independent, and the test shows ~95% coverage on AR(1) series.
+  t-quantile (Law & Kelton, *Simulation Modeling and Analysis*, 5th ed., sec. 9.5.3): about
+  sqrt(n) batches of sqrt(n) steps, the interval of tuner.measurement that adaptive
+  measurement stops on; batch means of consecutive steps are close to independent.
+  bench/ci_coverage.py measures its coverage (docs/benchmarks.md).
 - **Speedup vs baseline.** Ratio of the two means; its CI by the delta method on the log
   ratio with each mean's batch-means standard error, Welch-Satterthwaite degrees of freedom.
 - **Winner's curse.** The largest of many noisy means is biased upward. When the study ran
@@ -36,6 +37,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from tuner.budget import charged_gpu_seconds
+from tuner.measurement import batch_means_ci
 from tuner.record import StudyRecord, TrialRecord, study_record
 
 __all__ = [
@@ -49,23 +52,15 @@ CONFIDENCE = 0.95
 
 # ------------------------------------------------------------------------ per-trial CI
 
-def _batch_means(values: Sequence[float]) -> np.ndarray:
-    x = np.asarray(values, dtype=float)
-    n_batches = 4 if len(x) < 50 else 6
-    size = len(x) // n_batches
-    return x[: n_batches * size].reshape(n_batches, size).mean(axis=1)
-
-
 def mean_ci(values: Sequence[float]) -> dict[str, Any] | None:
-    """{"mean", "ci95": [lo, hi], "se", "df"} of a step series, batch means; None if < 4 steps."""
-    if len(values) < 4:
+    """{"mean", "ci95": [lo, hi], "se", "df"} of a step series; None if < 4 steps.
+
+    The batch-means interval of tuner.measurement, the same one adaptive measurement stops on.
+    """
+    ci = batch_means_ci(values)
+    if ci is None:
         return None
-    b = _batch_means(values)
-    k = len(b)
-    mean = float(np.mean(values))
-    se = float(np.std(b, ddof=1) / math.sqrt(k))
-    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, k - 1)) * se
-    return {"mean": mean, "ci95": [mean - half, mean + half], "se": se, "df": k - 1}
+    return {"mean": ci.mean, "ci95": [ci.low, ci.high], "se": ci.se, "df": ci.df}
 
 
 def ratio_ci(num: dict[str, Any] | None, den: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -247,7 +242,7 @@ def analyze_record(record: StudyRecord, *, n_boot: int = 30, seed: int = 0) -> d
 
     importance = fanova_importance(ok, knobs, n_boot=n_boot, seed=seed)
     ranked = [d for d in importance if d["fanova"] is not None]
-    used = sum(_charged(t) for t in trials)
+    used = sum(charged_gpu_seconds(t.state, t.gpu_seconds, t.reserved_gpu_seconds) for t in trials)
     return {
         "study": record.name, "simulated": record.simulated,
         "n_trials": len(finished), "n_ok": len(ok),
@@ -265,20 +260,12 @@ def analyze_record(record: StudyRecord, *, n_boot: int = 30, seed: int = 0) -> d
                     "tokens_per_sec_per_gpu": _public(mean_ci(t.steps)) if t.status == "ok" else None}
                    for t in finished],
         "spec": spec,
-        "method": {"trial_ci": "batch means (4 batches < 50 steps, else 6), t-quantile",
+        "method": {"trial_ci": "batch means (~sqrt(n) batches of ~sqrt(n) steps), t-quantile",
                    "speedup_ci": "delta method on the log ratio, Welch-Satterthwaite df",
                    "importance": f"fANOVA over ok trials, bootstrap over trials ({n_boot} resamples); "
                                  "conditional knobs carry an explicit 'n/a' level",
                    "winners_curse": "best measured again after the search (ablation) when available"},
     }
-
-
-def _charged(t: TrialRecord) -> float:
-    if t.gpu_seconds is not None:
-        return float(t.gpu_seconds)
-    if t.state in ("RUNNING", "FAIL") and t.reserved_gpu_seconds is not None:
-        return float(t.reserved_gpu_seconds)
-    return 0.0
 
 
 def analyze_study(study, *, n_boot: int = 30, seed: int = 0) -> dict[str, Any]:
@@ -312,7 +299,8 @@ def format_summary(analysis: dict[str, Any]) -> str:
         lines.append(f"start-up (launch, model build, communicators) took {analysis['budget']['startup_share']:.0%} "
                      "of trial GPU time; the rest ran warm-up and measured steps")
     if analysis["baseline"]:
-        lines.append(f"baseline (trial {analysis['baseline']['trial']}): {_fmt_ci(analysis['baseline']['tokens_per_sec_per_gpu'])} tokens/s/GPU")
+        base = analysis["baseline"]
+        lines.append(f"baseline (trial {base['trial']}): {_fmt_ci(base['tokens_per_sec_per_gpu'])} tokens/s/GPU")
     best = analysis["best"]
     if best:
         note = " (re-measured)" if best["winners_curse_adjusted"] else " (search trial; not re-measured)"

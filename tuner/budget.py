@@ -19,9 +19,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tuner.errors import BudgetError
+
 __all__ = [
     "parse_budget", "format_gpu_hours", "LedgerEntry", "Ledger", "ledger_from_trials",
-    "estimate_trial_cost", "admits", "trial_cap", "CAP_FACTOR",
+    "estimate_trial_cost", "admits", "trial_cap", "CAP_FACTOR", "charged_gpu_seconds",
 ]
 
 _UNITS = {"gpuh": 3600.0, "gpum": 60.0, "gpus": 1.0}
@@ -32,15 +34,15 @@ def parse_budget(text: str) -> float:
     """GPU-seconds from a budget string: ``40gpuh``, ``90gpum``, ``600gpus``.
 
     Raises:
-        ValueError: naming the text and the accepted forms.
+        BudgetError: naming the text and the accepted forms.
     """
     m = _BUDGET_RE.match(str(text))
     if not m:
-        raise ValueError(
+        raise BudgetError(
             f"bad budget {text!r}: write a positive number and a unit, e.g. 40gpuh, 90gpum, 600gpus")
     value = float(m.group(1)) * _UNITS[m.group(2).lower()]
     if value <= 0:
-        raise ValueError(f"bad budget {text!r}: must be more than zero")
+        raise BudgetError(f"bad budget {text!r}: must be more than zero")
     return value
 
 
@@ -62,11 +64,22 @@ class LedgerEntry:
 
     @property
     def charged_gpu_seconds(self) -> float:
-        if self.gpu_seconds is not None:
-            return self.gpu_seconds
-        if self.state in ("RUNNING", "FAIL") and self.reserved_gpu_seconds is not None:
-            return self.reserved_gpu_seconds
-        return 0.0
+        return charged_gpu_seconds(self.state, self.gpu_seconds, self.reserved_gpu_seconds)
+
+
+def charged_gpu_seconds(state: str, gpu_seconds: float | None, reserved_gpu_seconds: float | None) -> float:
+    """What one trial costs the budget: the GPU-seconds measured when it finished; while it
+    runs, or when its coordinator died, what was reserved for it; else nothing.
+
+    Example:
+        >>> charged_gpu_seconds("RUNNING", None, 300.0), charged_gpu_seconds("COMPLETE", 120.0, 300.0)
+        (300.0, 120.0)
+    """
+    if gpu_seconds is not None:
+        return float(gpu_seconds)
+    if state in ("RUNNING", "FAIL") and reserved_gpu_seconds is not None:
+        return float(reserved_gpu_seconds)
+    return 0.0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,7 +1,8 @@
 """`tuner`: a thin command line over the library. Each subcommand parses and calls one function.
 
-Errors a user can fix (bad spec, bad budget, unreachable storage, unknown study) exit 2 with
-one line on stderr that names the problem.
+Errors a user can fix (bad spec, bad budget, unreachable storage, unknown study: every
+tuner.errors.TunerError) exit 2 with one line on stderr that names the problem. Any other
+exception is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--study-name", help="Optuna study name (default: the spec's [study] name; "
                                           "`<name>-sim` with --launcher sim on a non-sim spec)")
     run.add_argument("--launcher", choices=["local", "slurm", "sim"], help="override the spec's [cluster] launcher")
-    run.add_argument("--runs-dir", type=Path, default=Path("runs"), help="per-trial folders: config, result file, log (default: runs/)")
+    run.add_argument("--runs-dir", type=Path, default=Path("runs"),
+                     help="per-trial folders: config, result file, log (default: runs/)")
     run.add_argument("--max-trials", type=int, help="stop after this many trials from this process")
     run.add_argument("--no-ablation", action="store_true", help="skip the post-search ablation re-runs")
     run.add_argument("--grace-period", type=int, metavar="SECONDS",
@@ -83,21 +85,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from tuner.spec import SpecError
-    from tuner.storage import StorageError
-    from tuner.coordinator import StudyConflictError
+    from tuner.errors import TunerError
 
     try:
         return _COMMANDS[args.command](args)
-    except (SpecError, StorageError, StudyConflictError) as exc:
+    except TunerError as exc:
         print(f"tuner {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"tuner {args.command}: interrupted", file=sys.stderr)
         return 130
-    except ValueError as exc:  # e.g. a bad budget or model size: the message names it
-        print(f"tuner {args.command}: error: {exc}", file=sys.stderr)
-        return 2
 
 
 def _storage(args: argparse.Namespace) -> str:
@@ -110,15 +107,16 @@ def _storage(args: argparse.Namespace) -> str:
 def _cmd_run(args: argparse.Namespace) -> int:
     from tuner.budget import parse_budget
     from tuner.coordinator import RunOptions, run_study
-    from tuner.spec import SpecError, load_spec
+    from tuner.errors import BudgetError
+    from tuner.spec import load_spec
 
     spec = load_spec(args.study)
     budget = None
     if args.budget is not None:
         try:
             budget = parse_budget(args.budget)
-        except ValueError as exc:
-            raise SpecError(f"--budget: {exc}") from None
+        except BudgetError as exc:
+            raise BudgetError(f"--budget: {exc}") from None
     study_name = args.study_name
     if args.launcher and args.launcher != spec.cluster.launcher:
         if args.launcher == "sim" and study_name is None:
@@ -198,7 +196,7 @@ def _format_summary(summary) -> str:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from tuner.coordinator import study_status
+    from tuner.study import study_status
     summaries = study_status(_storage(args), args.study_name)
     if not summaries:
         print("no studies in this storage")
@@ -210,7 +208,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------- analysis & report
 
 def _load(args: argparse.Namespace):
-    from tuner.coordinator import load_existing_study
+    from tuner.study import load_existing_study
     return load_existing_study(_storage(args), args.study_name)
 
 
@@ -247,11 +245,16 @@ def _cmd_distill(args: argparse.Namespace) -> int:
 
 def _cmd_suggest(args: argparse.Namespace) -> int:
     import helper
-    calibration = helper.load_calibration(args.calibration) if args.calibration else None
-    cfg = helper.suggest_config(model_size=args.model_size, gpu_count=args.gpus,
-                                dataset_size=args.dataset_size, seq_len=args.seq_len, gpu=args.gpu,
-                                gpus_per_node=args.gpus_per_node, global_batch=args.global_batch,
-                                calibration=calibration)
+    from tuner.errors import TunerError
+
+    try:  # helper's documented answer to bad input is ValueError; here it is the user's to fix
+        calibration = helper.load_calibration(args.calibration) if args.calibration else None
+        cfg = helper.suggest_config(model_size=args.model_size, gpu_count=args.gpus,
+                                    dataset_size=args.dataset_size, seq_len=args.seq_len, gpu=args.gpu,
+                                    gpus_per_node=args.gpus_per_node, global_batch=args.global_batch,
+                                    calibration=calibration)
+    except ValueError as exc:
+        raise TunerError(str(exc)) from None
     print(json.dumps(cfg, indent=2, default=str))
     if args.explain:
         print(helper.explain(cfg), file=sys.stderr)

@@ -25,15 +25,12 @@ import optuna
 from optuna.trial import TrialState
 
 from helper import fit_calibration, load_calibration
-from tuner.coordinator import StudyConflictError, load_existing_study
+from tuner import knobs
+from tuner.errors import StudyConflictError
 from tuner.storage import redact_url
+from tuner.study import load_existing_study
 
 __all__ = ["distill", "study_measurements"]
-
-_KNOB_DEFAULTS: dict[str, Any] = {"micro_batch": 1, "grad_accum": 1, "nccl_algo": "default",
-                                  "nccl_proto": "default", "num_workers": 0, "sharding": "zero3",
-                                  "reshard_after_forward": True}
-
 
 def study_measurements(study: optuna.Study) -> list[dict[str, Any]]:
     """The ok trials of one tuner study as ``fit_calibration`` measurement dicts.
@@ -57,29 +54,23 @@ def study_measurements(study: optuna.Study) -> list[dict[str, Any]]:
         if t.user_attrs.get("status") != "ok" or t.value is None or not t.value > 0:
             continue
 
-        def knob(name: str, default: Any = None) -> Any:
-            if name in t.params:
-                return t.params[name]
-            if name in baseline:
-                return baseline[name]
-            return model.get(name, _KNOB_DEFAULTS.get(name, default))
-
+        # params, then the baseline and the [model] section, then the catalogue's defaults
+        fallback = {**{k: model[k] for k in ("activation_checkpointing",) if k in model}, **baseline}
+        values = knobs.resolve(t.params, fallback)
         m: dict[str, Any] = {
             "study": study.study_name, "trial": t.number, "simulated": simulated,
             "preset": preset, "seq_len": int(model.get("seq_len", 2048)),
             "gpu": cluster.get("gpu", "H100-80GB"), "gpus_per_node": gpn,
             "gpu_count": int(t.user_attrs.get("world_size") or nodes * gpn),
-            "activation_checkpointing": bool(knob("activation_checkpointing", False)),
+            "activation_checkpointing": bool(values["activation_checkpointing"]),
             "tokens_per_sec_per_gpu": float(t.value),
+            # both FSDP2 layouts are helper's zero3; shard_grad_op is it without reshard-after-forward
+            "sharding": "zero3", "reshard_after_forward": knobs.fsdp_reshard_after_forward(values),
         }
-        for name in ("micro_batch", "grad_accum", "nccl_algo", "nccl_proto", "num_workers",
-                     "sharding", "reshard_after_forward"):
-            m[name] = knob(name)
-        if m["num_workers"]:
-            m["prefetch_factor"] = knob("prefetch_factor", 2)
-        padding = knob("padding")
-        if padding is not None:
-            m["padding"] = padding
+        for name in ("micro_batch", "grad_accum", "nccl_algo", "nccl_proto", "num_workers", "padding"):
+            m[name] = values[name]
+        if "prefetch_factor" in values:
+            m["prefetch_factor"] = values["prefetch_factor"]
         for attr in ("padding_efficiency", "startup_seconds"):
             if isinstance(t.user_attrs.get(attr), (int, float)):
                 m[attr] = float(t.user_attrs[attr])
@@ -113,7 +104,7 @@ def distill(storage: str | optuna.storages.BaseStorage, study_names: str | Seque
     if not measurements:
         raise StudyConflictError(f"no finished trial with status ok in {', '.join(map(repr, names))} ({where})")
     simulated = sorted({m["study"] for m in measurements if m["simulated"]})
-    now = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+    now = _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat()
     source = (f"distilled from {len(measurements)} ok trials of {', '.join(names)} ({where}) at {now}"
               + (f"; simulated studies: {', '.join(simulated)}" if simulated else ""))
     cal = fit_calibration(measurements, base=base if base is not None else load_calibration(), source=source)

@@ -8,13 +8,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tuner.knobs import KNOBS, LAUNCH_KNOBS
+
 __all__ = ["write_report", "render_recipe", "render_html", "save_recipe_note", "DEFAULT_PLANNED_TOKENS"]
 
 DEFAULT_PLANNED_TOKENS = 1e9
 """Planned run for "what the speedup is worth" when none is given: 1e9 tokens (e.g. ~20
 epochs of Alpaca's 52k examples at ~1k tokens each)."""
 
-_ENV = {"nccl_algo": "NCCL_ALGO", "nccl_proto": "NCCL_PROTO"}
+_ENV = {name: KNOBS[name].env_var for name in LAUNCH_KNOBS}
 
 
 def _ci(d: dict[str, Any] | None, fmt: str = ",.0f") -> str:
@@ -65,7 +67,9 @@ def render_recipe(analysis: dict[str, Any], *, planned_tokens: float | None = No
     imp = {d["knob"]: d for d in analysis.get("importance", [])}
     for knob in analysis.get("top_knobs", []):
         d = imp[knob]
-        line = f"1. **{knob} = {params.get(knob, 'n/a')}**: fANOVA importance {d['fanova']:.2f} (95% CI {d['ci95'][0]:.2f} to {d['ci95'][1]:.2f})"
+        meaning = f" ({KNOBS[knob].meaning})" if knob in KNOBS else ""
+        line = (f"1. **{knob} = {params.get(knob, 'n/a')}**{meaning}: fANOVA importance {d['fanova']:.2f} "
+                f"(95% CI {d['ci95'][0]:.2f} to {d['ci95'][1]:.2f})")
         if knob in abl:
             e = abl[knob]
             line += f"; worth {e['impact']:+.0%} ({e['ci95'][0]:+.0%} to {e['ci95'][1]:+.0%}) over {knob}={e['baseline_value']}"
@@ -170,7 +174,8 @@ def render_html(analysis: dict[str, Any], recipe_md: str) -> str:
     failures = [t for t in analysis["trials"] if t["status"] != "ok"]
     rows = "".join(f"<tr><td>{t['trial']}</td><td>{html.escape(t['status'])}</td><td>{html.escape(json.dumps(t['params']))}</td>"
                    f"<td>{html.escape(t['message'] or '')}</td></tr>" for t in failures)
-    sim = "<p class='sim'><b>SIMULATED study</b>: numbers come from the performance model.</p>" if analysis.get("simulated") else ""
+    sim = ("<p class='sim'><b>SIMULATED study</b>: numbers come from the performance model.</p>"
+           if analysis.get("simulated") else "")
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>tuner report: {html.escape(analysis['study'])}</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:auto}} .sim{{color:#b00}} td{{padding:2px 8px}}</style></head>
 <body><h1>tuner report: {html.escape(analysis['study'])}</h1>{sim}

@@ -1,7 +1,7 @@
 """Knobs -> Optuna distributions; the baseline; conditional knobs.
 
-`prefetch_factor` only exists when `num_workers > 0` (PyTorch's DataLoader rejects it
-otherwise), so it is suggested only then and is absent from the trial's params when not.
+A conditional knob (tuner.knobs: `prefetch_factor` only when `num_workers > 0`) is suggested
+after its parent and only when active, so it is absent from the trial's params when not.
 
 Example:
     >>> from tuner.spec import KnobSpace
@@ -17,6 +17,7 @@ from typing import Any
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
+from tuner import knobs
 from tuner.spec import KnobSpace, StudySpec
 
 __all__ = ["distribution", "suggest_params", "baseline_params", "is_active", "complete_params"]
@@ -33,17 +34,16 @@ def distribution(knob: KnobSpace) -> BaseDistribution:
 
 
 def is_active(name: str, params: dict[str, Any]) -> bool:
-    """Whether a knob applies given the other knobs' values (conditional knobs)."""
-    if name == "prefetch_factor":
-        return params.get("num_workers", 0) > 0
-    return True
+    """Whether a knob applies given the other knobs' values (the catalogue's rule)."""
+    return knobs.is_active(name, params)
 
 
 def suggest_params(trial: optuna.Trial, spec: StudySpec) -> dict[str, Any]:
-    """Suggest every active knob on ``trial``, in spec order (num_workers before prefetch_factor)."""
+    """Suggest every active knob on ``trial``, in spec order with each conditional knob after
+    its parent (num_workers before prefetch_factor)."""
     params: dict[str, Any] = {}
-    ordered = sorted(spec.space, key=lambda k: k.name == "prefetch_factor")
-    for knob in ordered:
+    by_name = {k.name: k for k in spec.space}
+    for knob in (by_name[n] for n in knobs.ordered(by_name)):
         if not is_active(knob.name, params):
             continue
         dist = distribution(knob)
@@ -64,12 +64,16 @@ def baseline_params(spec: StudySpec) -> dict[str, Any] | None:
 
 
 def complete_params(params: dict[str, Any], spec: StudySpec) -> dict[str, Any]:
-    """Knob values with the spec's defaults for knobs the space does not search.
+    """Every knob's value, as the workload receives it: the trial's params, then the spec's
+    [model] settings for knobs the space does not search (`activation_checkpointing`), then
+    the catalogue's defaults; inactive knobs left out.
 
-    What the workload receives: e.g. `activation_checkpointing` from [model] when not a knob.
+    Example:
+        >>> from tuner.spec import parse_spec
+        >>> spec = parse_spec({"study": {"name": "s"}, "model": {"preset": "tiny"},
+        ...                    "space": {"micro_batch": [1, 2]}})
+        >>> full = complete_params({"micro_batch": 2}, spec)
+        >>> full["micro_batch"], full["nccl_algo"], "prefetch_factor" in full
+        (2, 'default', False)
     """
-    full = dict(params)
-    full.setdefault("activation_checkpointing", spec.model.activation_checkpointing)
-    full.setdefault("nccl_algo", "default")
-    full.setdefault("nccl_proto", "default")
-    return full
+    return knobs.resolve(params, {"activation_checkpointing": spec.model.activation_checkpointing})

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from tuner.budget import parse_budget
+from tuner.errors import BudgetError, SpecError
+from tuner.knobs import KNOBS, LAUNCH_KNOBS, activity_rule, is_active, value_problem
 
 __all__ = [
     "SpecError", "StudySpec", "StudySection", "ModelSection", "DataSection", "ClusterSection",
@@ -27,27 +29,12 @@ __all__ = [
     "KNOWN_KNOBS", "LAUNCH_KNOBS", "SAMPLERS",
 ]
 
-
-class SpecError(ValueError):
-    """A study spec is invalid; the message is one line naming file, key and problem."""
-
-
-# Knobs the objective and the launchers understand. Launch-level knobs become environment
-# variables (tuner.launch.env); the rest reach the workload through the trial config.
-LAUNCH_KNOBS = ("nccl_algo", "nccl_proto")
-WORKLOAD_KNOBS = (
-    "micro_batch", "grad_accum", "num_workers", "prefetch_factor", "padding",
-    "activation_checkpointing", "reshard_after_forward",
-)
-KNOWN_KNOBS = LAUNCH_KNOBS + WORKLOAD_KNOBS
+KNOWN_KNOBS = tuple(KNOBS)
+"""Every knob a spec's [space] may search (the catalogue, tuner.knobs)."""
 SAMPLERS = ("tpe", "tpe-multivariate", "random", "gp", "grid", "auto")
 BACKENDS = ("nccl", "gloo")
 LAUNCHERS = ("local", "slurm", "sim")
-PADDING_MODES = ("max_length", "longest", "packed")
 DTYPES = ("auto", "bf16", "fp16", "fp32")
-POSITIVE_INT_KNOBS = ("micro_batch", "grad_accum", "prefetch_factor")
-NONNEGATIVE_INT_KNOBS = ("num_workers",)
-BOOL_KNOBS = ("activation_checkpointing", "reshard_after_forward")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -298,7 +285,7 @@ def parse_spec(raw: dict[str, Any], *, base_dir: Path | None = None, origin: str
     if "limit" in budget:
         try:
             budget_s = parse_budget(str(budget["limit"]))
-        except ValueError as exc:
+        except BudgetError as exc:
             raise fail("budget.limit", str(exc)) from None
 
     space = _parse_space(raw.get("space", {}), fail)
@@ -431,8 +418,8 @@ def _parse_space(table: Any, fail) -> tuple[KnobSpace, ...]:
     knobs = []
     for name, value in table.items():
         key = f"space.{name}"
-        if name not in KNOWN_KNOBS:
-            raise fail(key, f"unknown knob; known: {', '.join(KNOWN_KNOBS)}")
+        if name not in KNOBS:
+            raise fail(key, f"unknown knob; known: {', '.join(KNOBS)}")
         if isinstance(value, list):
             if not value:
                 raise fail(key, "empty list of choices")
@@ -443,6 +430,12 @@ def _parse_space(table: Any, fail) -> tuple[KnobSpace, ...]:
             extra = set(value) - {"low", "high", "step", "log"}
             if extra or "low" not in value or "high" not in value:
                 raise fail(key, "a range is {low = .., high = .., step = .. (optional), log = true|false (optional)}")
+            for bound in ("low", "high", "step"):
+                v = value.get(bound)
+                if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                    raise fail(f"{key}.{bound}", f"{v!r} is not a number")
+            if not isinstance(value.get("log", False), bool):
+                raise fail(f"{key}.log", f"{value['log']!r} is not true/false")
             if value["low"] > value["high"]:
                 raise fail(key, f"empty range: low {value['low']} > high {value['high']}")
             knob = KnobSpace(name=name, low=value["low"], high=value["high"],
@@ -452,34 +445,21 @@ def _parse_space(table: Any, fail) -> tuple[KnobSpace, ...]:
         else:
             raise fail(key, "must be a list of choices or a {low, high} range")
         for v in (knob.choices or (knob.low, knob.high)):
-            problem = _knob_value_problem(name, v)
+            problem = value_problem(name, v)
             if problem:
                 raise fail(key, problem)
         knobs.append(knob)
-    names = {k.name for k in knobs}
-    if "prefetch_factor" in names:
-        nw = next((k for k in knobs if k.name == "num_workers"), None)
-        if nw is None or not any(v > 0 for v in (nw.choices or (nw.high,))):
-            raise fail("space.prefetch_factor", "prefetch_factor without workers: it only applies when num_workers > 0 can be chosen")
+    by_name = {k.name: k for k in knobs}
+    for knob in knobs:
+        rule = KNOBS[knob.name].active_when
+        if rule is None:
+            continue
+        parent = by_name.get(rule[0])
+        candidates = (parent.choices or (parent.low, parent.high)) if parent else (KNOBS[rule[0]].default,)
+        if not any(is_active(knob.name, {rule[0]: v}) for v in candidates):
+            raise fail(f"space.{knob.name}", f"{knob.name} only applies when {activity_rule(knob.name)}, "
+                                             f"which the space never chooses")
     return tuple(knobs)
-
-
-def _knob_value_problem(name: str, value: Any) -> str | None:
-    if name in POSITIVE_INT_KNOBS and not (_is_int(value) and value >= 1):
-        return f"{value!r} is not an integer >= 1"
-    if name in NONNEGATIVE_INT_KNOBS and not (_is_int(value) and value >= 0):
-        return f"{value!r} is not an integer >= 0"
-    if name in BOOL_KNOBS and not isinstance(value, bool):
-        return f"{value!r} is not true/false"
-    if name == "padding" and value not in PADDING_MODES:
-        return f"unknown padding {value!r}; one of {', '.join(PADDING_MODES)}"
-    if name in LAUNCH_KNOBS and not (isinstance(value, str) and value.strip()):
-        return f"{value!r} is not an NCCL value string (`default` leaves it unset)"
-    return None
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _check_baseline(table: Any, space: tuple[KnobSpace, ...], fail) -> dict[str, Any]:
@@ -490,15 +470,18 @@ def _check_baseline(table: Any, space: tuple[KnobSpace, ...], fail) -> dict[str,
         key = f"baseline.{name}"
         if name not in by_name:
             raise fail(key, f"not a knob of [space] ({', '.join(by_name)})")
+        problem = value_problem(name, value)
+        if problem:
+            raise fail(key, problem)
         if not by_name[name].contains(value):
             raise fail(key, f"{value!r} is outside the space of {name}")
-    missing = [n for n in by_name if n not in table and n != "prefetch_factor"]
-    if table and missing:
+    if not table:
+        return {}
+    missing = [n for n in by_name if n not in table and is_active(n, table)]
+    if missing:
         raise fail("baseline", f"missing knobs: {', '.join(missing)} (the baseline is a full config)")
-    if table:
-        workers = table.get("num_workers", 0)
-        if "prefetch_factor" in table and workers == 0:
-            raise fail("baseline.prefetch_factor", "prefetch_factor without workers (num_workers = 0)")
-        if "prefetch_factor" in by_name and workers > 0 and "prefetch_factor" not in table:
-            raise fail("baseline.prefetch_factor", "missing: num_workers > 0 needs a prefetch_factor")
+    for name in table:
+        if not is_active(name, table):
+            raise fail(f"baseline.{name}", f"{name} only applies when {activity_rule(name)}, "
+                                           "which the baseline does not set")
     return dict(table)

@@ -26,7 +26,7 @@ import threading
 import time
 import warnings
 import zlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -34,7 +34,9 @@ import optuna
 import sqlalchemy
 import sqlalchemy.exc
 import sqlalchemy.pool
-from optuna.trial import FrozenTrial, TrialState
+
+from tuner.errors import StorageError
+from tuner.optuna_internals import HeartbeatRDBStorage
 
 __all__ = [
     "DEFAULT_STORAGE", "StorageError", "resolve_storage_url", "open_storage",
@@ -55,10 +57,6 @@ GRACE_PERIOD_S = 60
 POOL_SIZE = 1
 MAX_OVERFLOW = 3
 CONNECT_TIMEOUT_S = 4  # per address; `localhost` may try ::1 then 127.0.0.1: still < 10 s
-
-
-class StorageError(RuntimeError):
-    """The study storage cannot be used; the message is one line that names it."""
 
 
 def resolve_storage_url(flag: str | None, *, environ: Mapping[str, str] | None = None) -> str:
@@ -107,40 +105,6 @@ def _engine_kwargs(url: str) -> dict[str, Any]:
     return kwargs
 
 
-class _RDBStorage(optuna.storages.RDBStorage):
-    """Optuna's RDBStorage whose RUNNING trials always carry a heartbeat.
-
-    Optuna finds a trial stale only from its heartbeat row, and tuner drives trials with
-    ask/tell: a trial whose coordinator died between ``ask`` and its first beat (or an ``ask``
-    retried after its first attempt had landed) would stay RUNNING forever. Beating the moment
-    a trial becomes RUNNING leaves only the milliseconds between two commits uncovered.
-    """
-
-    def _beats(self) -> bool:
-        return self.heartbeat_interval is not None
-
-    def _first_beat(self, trial_id: int) -> None:
-        try:
-            self.record_heartbeat(trial_id)
-        except Exception:  # noqa: BLE001 - the coordinator's own heartbeat retries it
-            pass
-
-    # Optuna's _CachedStorage (what Study wraps an RDBStorage in) creates trials through this
-    # private method; tests/test_storage.py fails if a new Optuna stops calling it.
-    def _create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> FrozenTrial:
-        frozen = super()._create_new_trial(study_id, template_trial)
-        if self._beats() and frozen.state == TrialState.RUNNING:  # not an enqueued (WAITING) one
-            self._first_beat(frozen._trial_id)  # noqa: SLF001
-        return frozen
-
-    def set_trial_state_values(self, trial_id: int, state: TrialState,
-                               values: Sequence[float] | None = None) -> bool:
-        changed = super().set_trial_state_values(trial_id, state, values)
-        if changed and state == TrialState.RUNNING and self._beats():  # a WAITING trial popped
-            self._first_beat(trial_id)
-        return changed
-
-
 def open_storage(
     url: str,
     *,
@@ -180,7 +144,7 @@ def open_storage(
         try:
             with warnings.catch_warnings(), _schema_lock(url, create_tables):
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return _RDBStorage(url, engine_kwargs=_engine_kwargs(url), skip_table_creation=not create_tables,
+                return HeartbeatRDBStorage(url, engine_kwargs=_engine_kwargs(url), skip_table_creation=not create_tables,
                                    **hb_kwargs)
         except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError, ImportError,
                 ValueError, RuntimeError) as exc:

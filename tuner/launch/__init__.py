@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 
+from tuner.errors import LauncherError
 from tuner.launch.base import STATUSES, Launcher, TrialRequest, TrialResult
 from tuner.spec import StudySpec
 
@@ -25,10 +26,10 @@ LAUNCHERS = {
 def get_launcher(spec: StudySpec) -> Launcher:
     name = spec.cluster.launcher
     if name not in LAUNCHERS:
-        raise ValueError(f"unknown launcher {name!r}; one of {', '.join(LAUNCHERS)}")
+        raise LauncherError(f"unknown launcher {name!r}; one of {', '.join(LAUNCHERS)}")
     module, cls = LAUNCHERS[name].split(":")
     try:
         launcher_cls = getattr(importlib.import_module(module), cls)
     except ModuleNotFoundError as exc:
-        raise ValueError(f"launcher {name!r} is not available in this version ({exc})") from None
+        raise LauncherError(f"launcher {name!r} is not available in this version ({exc})") from None
     return launcher_cls(spec)

@@ -1,73 +1,29 @@
-"""The trial protocol, launcher side: write the trial config, read the result file.
+"""The trial protocol, launcher side: write the trial config, turn a finished command's
+result file, exit code and log into a TrialResult.
 
-Shared by every launcher that runs a real command (local, slurm). The objective appends
-JSON lines; a line cut off by a kill is ignored, every complete step before it is kept.
+Shared by every launcher that runs a real command (local, slurm). The schema itself (config
+keys, result lines, what counts as malformed) is tuner.protocol's, which the workload uses
+to write them.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from tuner.launch.base import TrialRequest, TrialResult
+from tuner.protocol import ERROR_KINDS, read_results, trial_config
 
-__all__ = ["write_trial_config", "ProtocolRecord", "read_result_file", "classify_log",
-           "trial_result"]
+__all__ = ["write_trial_config", "classify_log", "trial_result"]
 
 
 def write_trial_config(request: TrialRequest, path: Path) -> Path:
-    spec = request.spec.to_dict()
-    config = {
-        "study": request.study_name,
-        "trial_number": request.number,
-        "seed": request.seed,
-        "params": request.params,
-        "model": spec["model"],
-        "data": spec["data"],
-        "trial": spec["trial"],
-        "cluster": spec["cluster"],
-        # adaptive measurement: the best trial's CI lower bound, to stop clearly worse trials
-        "stop_below_tokens_per_sec_per_gpu": request.stop_below_tokens_per_sec_per_gpu,
-    }
+    config = trial_config(study=request.study_name, trial_number=request.number, seed=request.seed,
+                          params=request.params, spec=request.spec.to_dict(),
+                          stop_below_tokens_per_sec_per_gpu=request.stop_below_tokens_per_sec_per_gpu)
     path.write_text(json.dumps(config, indent=2))
     return path
-
-
-@dataclass(kw_only=True)
-class ProtocolRecord:
-    steps: list[dict[str, Any]] = field(default_factory=list)
-    summary: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
-
-    def step_values(self, world_size: int) -> tuple[tuple[int, float], ...]:
-        """(step, tokens/s/GPU) for each measured step."""
-        out = []
-        for s in self.steps:
-            if s.get("seconds", 0) > 0:
-                out.append((int(s["step"]), float(s["tokens"]) / float(s["seconds"]) / world_size))
-        return tuple(out)
-
-
-def read_result_file(path: Path) -> ProtocolRecord:
-    record = ProtocolRecord()
-    if not path.exists():
-        return record
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut off by a kill
-        kind = event.get("event") if isinstance(event, dict) else None
-        if kind == "step" and {"step", "tokens", "seconds"} <= set(event):
-            record.steps.append(event)
-        elif kind == "summary":
-            record.summary = event
-        elif kind == "error":
-            record.error = event
-    return record
 
 
 # What a failed job's log says, most specific first. OOM texts: PyTorch's CUDA caching
@@ -100,10 +56,12 @@ def trial_result(*, launcher: str, world_size: int, wall_seconds: float,
     """The TrialResult of a finished command, from its result file, exit code and log.
 
     Shared by the launchers that run a real command (local, slurm). Precedence: the
-    launcher's timeout, then the objective's own error line, then a clean finish (exit 0, a
-    summary and steps), then what the log says. GPU-seconds = world size x wall time.
+    launcher's timeout, then result lines that break the protocol (an `error` naming the
+    file and line; none of its steps count), then the objective's own error line, then a
+    clean finish (exit 0, a summary and steps), then what the log says. GPU-seconds = world
+    size x wall time.
     """
-    record = read_result_file(result_path)
+    record = read_results(result_path)
     summary = record.summary or {}
     common = dict(launcher=launcher, world_size=world_size,
                   gpu_seconds=world_size * wall_seconds, wall_seconds=wall_seconds,
@@ -114,9 +72,15 @@ def trial_result(*, launcher: str, world_size: int, wall_seconds: float,
                   extra={k: v for k, v in summary.items() if k not in _SUMMARY_FIELDS})
     if timed_out:
         return TrialResult(status="timeout", message=timeout_message, **common)
+    if record.problems:
+        common.update(step_values=(), peak_mem_gib=None, data_wait_frac=None, startup_seconds=None, extra={})
+        more = f" (and {len(record.problems) - 1} more)" if len(record.problems) > 1 else ""
+        return TrialResult(status="error", message=f"result file {result_path}: {record.problems[0]}{more}: "
+                                                   "the workload broke the trial protocol (docs/contracts.md)",
+                           **common)
     if record.error is not None:
         kind = record.error.get("kind", "error")
-        status = kind if kind in ("oom", "error") else "error"
+        status = kind if kind in ERROR_KINDS else "error"
         return TrialResult(status=status, message=str(record.error.get("message", ""))[:1000], **common)
     if returncode == 0 and record.summary is not None and record.steps:
         return TrialResult(status="ok", **common)

@@ -25,8 +25,9 @@ import math
 
 import numpy as np
 
-from tuner.launch.adaptive import stop_reason
+from tuner import knobs
 from tuner.launch.base import Launcher, TrialRequest, TrialResult
+from tuner.measurement import stop_reason
 
 __all__ = ["SimLauncher", "NOISE"]
 
@@ -45,7 +46,9 @@ class SimLauncher(Launcher):
         from helper.memory import estimate_memory
         from helper.throughput import estimate_startup_seconds, predict_throughput
 
-        spec, p = request.spec, request.params
+        spec = request.spec
+        # every knob's value: the request's, then the spec's [model] settings, then the catalogue's
+        p = knobs.resolve(request.params, {"activation_checkpointing": spec.model.activation_checkpointing})
         c = spec.cluster
         world = c.world_size
         model = spec.model.preset or spec.model.path
@@ -53,18 +56,18 @@ class SimLauncher(Launcher):
         startup_s = float(estimate_startup_seconds(model, world, gpu=c.gpu, gpus_per_node=c.gpus_per_node))
         common = dict(launcher=self.name, world_size=world, startup_seconds=startup_s)
 
-        micro_batch, grad_accum = int(p.get("micro_batch", 1)), int(p.get("grad_accum", 1))
-        padding = p.get("padding", "max_length")
-        ckpt = bool(p.get("activation_checkpointing", spec.model.activation_checkpointing))
-        reshard = bool(p.get("reshard_after_forward", True))
+        micro_batch, grad_accum = int(p["micro_batch"]), int(p["grad_accum"])
+        padding = p["padding"]
+        ckpt = bool(p["activation_checkpointing"])
+        reshard = knobs.fsdp_reshard_after_forward(p)  # shard_grad_op: FSDP2 without it
         row_len, efficiency, examples_per_row = _rows(padding, spec.model.seq_len, micro_batch)
 
         try:
             prediction = predict_throughput(
                 model, world, gpu=c.gpu, seq_len=row_len, micro_batch=micro_batch,
                 activation_checkpointing=ckpt, grad_accum=grad_accum, gpus_per_node=c.gpus_per_node,
-                nccl_algo=p.get("nccl_algo", "default"), nccl_proto=p.get("nccl_proto", "default"),
-                num_workers=int(p.get("num_workers", 0)), prefetch_factor=p.get("prefetch_factor"),
+                nccl_algo=p["nccl_algo"], nccl_proto=p["nccl_proto"],
+                num_workers=int(p["num_workers"]), prefetch_factor=p.get("prefetch_factor"),
                 padding_efficiency=efficiency, examples_per_sequence=examples_per_row,
                 reshard_after_forward=reshard)
         except UnsupportedCollective as exc:  # fails at the first collective, after start-up

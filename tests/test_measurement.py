@@ -1,6 +1,6 @@
 import numpy as np
 
-from tuner.launch.adaptive import batch_means_ci, stop_reason
+from tuner.measurement import batch_means_ci, stop_reason
 
 
 def test_never_before_the_floor():
@@ -22,6 +22,6 @@ def test_stops_when_precise_or_clearly_worse():
 
 def test_batch_means_ci_covers_iid_means():
     rng = np.random.default_rng(1)
-    hits = sum(lo <= 0 <= hi for _, lo, hi in (batch_means_ci(list(rng.normal(0, 1, 30))) for _ in range(400)))
+    hits = sum(ci.low <= 0 <= ci.high for ci in (batch_means_ci(list(rng.normal(0, 1, 30))) for _ in range(400)))
     assert 0.9 <= hits / 400 <= 0.99
     assert batch_means_ci([1.0, 2.0]) is None

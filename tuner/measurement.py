@@ -1,0 +1,81 @@
+"""The CI of a trial's step series, and adaptive measurement: when a trial has measured enough.
+
+One batch-means interval serves both the statistics stage (``tuner.analysis.mean_ci``) and
+early stopping (:func:`stop_reason`, run inside the trial workload and the sim launcher), so
+the bound that stops a trial is the CI the report shows. Step values are autocorrelated;
+means of batches of consecutive steps are close to independent (Law & Kelton, Simulation
+Modeling and Analysis, ch. 9): ~sqrt(n) batches of ~sqrt(n) steps, a t-quantile with
+batches - 1 degrees of freedom.
+
+Adaptive measurement stops once the 95% CI half-width is below ``target_rel_ci`` of the
+mean, or once the trial is clearly worse than the best so far (its CI upper bound below the
+best's lower bound), and never before ``min_steps`` measured steps.
+
+Standard library (and scipy, imported when a CI is computed): the workload imports it.
+
+Example:
+    >>> ci = batch_means_ci([100.0, 102.0, 98.0, 101.0, 99.0, 100.0, 103.0, 97.0])
+    >>> round(ci.mean, 1), ci.df, ci.low < 100.0 < ci.high
+    (100.0, 3, True)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["BatchMeansCI", "batch_means_ci", "stop_reason", "MIN_STEPS_FOR_CI"]
+
+MIN_STEPS_FOR_CI = 4
+"""Fewer measured steps give no CI."""
+
+
+@dataclass(frozen=True)
+class BatchMeansCI:
+    """A batch-means confidence interval of a step series' mean."""
+
+    mean: float
+    """Mean of the steps the batches use (the first ``batches x size``)."""
+    low: float
+    high: float
+    se: float
+    """Standard error of the mean, from the batch means."""
+    df: int
+    """Degrees of freedom of the t-quantile: batches - 1."""
+
+
+def batch_means_ci(values: Sequence[float], *, confidence: float = 0.95) -> BatchMeansCI | None:
+    """The mean's CI from non-overlapping batch means; None with fewer than 4 values.
+
+    Batch size ~ sqrt(n) (at least 1), giving ~sqrt(n) batches; t-quantile with batches - 1
+    degrees of freedom.
+    """
+    from scipy import stats
+
+    n = len(values)
+    if n < MIN_STEPS_FOR_CI:
+        return None
+    size = max(1, int(math.sqrt(n)))
+    k = n // size
+    batches = [sum(values[i * size:(i + 1) * size]) / size for i in range(k)]
+    mean = sum(values[: k * size]) / (k * size)
+    var = sum((b - mean) ** 2 for b in batches) / (k - 1)
+    se = math.sqrt(var / k)
+    half = float(stats.t.ppf(0.5 + confidence / 2, k - 1)) * se
+    return BatchMeansCI(mean=mean, low=mean - half, high=mean + half, se=se, df=k - 1)
+
+
+def stop_reason(values: Sequence[float], *, min_steps: int, target_rel_ci: float,
+                stop_below: float | None) -> str:
+    """Why to stop measuring now (`precise`, `clearly_worse`), or "" to go on."""
+    if len(values) < max(min_steps, MIN_STEPS_FOR_CI) or (target_rel_ci <= 0 and stop_below is None):
+        return ""
+    ci = batch_means_ci(values)
+    if ci is None:
+        return ""
+    if target_rel_ci > 0 and ci.mean > 0 and (ci.high - ci.low) / 2 <= target_rel_ci * ci.mean:
+        return "precise"
+    if stop_below is not None and ci.high < stop_below:
+        return "clearly_worse"
+    return ""
