@@ -41,6 +41,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
     assert not list(tmp_path.glob("*.db")), "nothing half-written"
 
 
+@pytest.mark.slow
 def test_storage_precedence_flag_env_default(tmp_path):
     spec = fast_spec(tmp_path)
     env = {"TUNER_STORAGE": f"sqlite:///{tmp_path}/env.db", "FAST_OBJECTIVE_MODE": "ok"}
@@ -52,6 +53,7 @@ def test_storage_precedence_flag_env_default(tmp_path):
     assert "ok 1" in status.stdout and "best: trial 0 (baseline)" in status.stdout
 
 
+@pytest.mark.slow
 def test_a_misspelt_study_name_lists_the_studies_there(tmp_path):
     import optuna
     optuna.create_study(study_name="fast", storage=f"sqlite:///{tmp_path}/tuner.db")
@@ -63,6 +65,7 @@ def test_a_misspelt_study_name_lists_the_studies_there(tmp_path):
                                       "(studies there: fast)"), out.stderr
 
 
+@pytest.mark.slow
 def test_run_then_status_then_optuna_best_trial(tmp_path):
     spec = fast_spec(tmp_path)
     out = tuner("run", "--study", spec.source_path, "--budget", "40gpus", "--quiet", cwd=tmp_path)

@@ -31,6 +31,9 @@ SERVICES = COMPOSE["services"]
 ENV_EXAMPLE = dict(line.split("=", 1) for line in (ROOT / ".env.example").read_text().splitlines()
                    if line.strip() and not line.startswith("#"))
 
+pytestmark = pytest.mark.slow  # the composed services as processes
+
+
 
 def readme_storage_url() -> str:
     """The TUNER_STORAGE a user exports after `docker compose up -d` (.env.example's comment)."""

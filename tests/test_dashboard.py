@@ -16,7 +16,7 @@ from spine_helpers import fast_spec
 
 from tuner.coordinator import RunOptions, run_study
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]  # starts optuna-dashboard
 
 
 def get_json(url: str):

@@ -13,6 +13,9 @@ from tuner.launch.protocol import classify_log
 from tuner.protocol import read_results
 from tuner.space import complete_params
 
+pytestmark = pytest.mark.slow  # torchrun jobs
+
+
 
 def request(spec, tmp_path, params, number=0):
     return TrialRequest(study_name=spec.study.name, number=number,

@@ -74,6 +74,7 @@ def test_sim_study_respects_budget_and_is_flagged(tmp_path):
     assert "SIMULATED" in status.stdout
 
 
+@pytest.mark.slow
 def test_the_7b_40gpuh_rehearsal_explores_30_to_60_configs(tmp_path):
     t0 = time.monotonic()
     out = subprocess.run([sys.executable, "-m", "tuner.cli", "run", "--study", str(ROOT / "studies/llama7b-h100x32.toml"),
@@ -90,3 +91,35 @@ def test_the_7b_40gpuh_rehearsal_explores_30_to_60_configs(tmp_path):
     ablated = [k["knob"] for k in analysis["ablation"]["knobs"]]
     assert analysis["top_knobs"][0] in ablated, (analysis["top_knobs"], ablated)
     print(f"7B sim rehearsal: {len(study.trials)} trials, {len(configs)} configs, {time.monotonic() - t0:.1f} s")
+
+
+def test_sharding_is_a_knob_end_to_end(tmp_path):
+    """spec -> sim physics -> study -> analysis -> recipe, for the FSDP2 layout knobs."""
+    from tuner.report import render_recipe
+    from tuner.spec import parse_spec
+
+    raw = {**SPEC.to_dict()}
+    raw["study"] = {**raw["study"], "name": "layouts"}
+    raw.pop("budget")
+    raw["space"] = {"sharding": ["full_shard", "shard_grad_op"], "reshard_after_forward": [True, False],
+                    "micro_batch": [1, 2]}
+    raw["baseline"] = {"sharding": "full_shard", "reshard_after_forward": True, "micro_batch": 1}
+    spec = parse_spec(raw)
+    full = launch({"micro_batch": 2, "sharding": "full_shard"}, spec=spec)
+    sgo = launch({"micro_batch": 2, "sharding": "shard_grad_op"}, spec=spec)
+    no_reshard = launch({"micro_batch": 2, "sharding": "full_shard", "reshard_after_forward": False}, spec=spec)
+    # shard_grad_op is FSDP2 without reshard-after-forward: no backward all-gather, whole weights kept
+    assert sgo.extra["noiseless_tokens_per_sec_per_gpu"] == no_reshard.extra["noiseless_tokens_per_sec_per_gpu"]
+    assert sgo.extra["noiseless_tokens_per_sec_per_gpu"] > full.extra["noiseless_tokens_per_sec_per_gpu"]
+    assert sgo.peak_mem_gib > full.peak_mem_gib
+
+    run_study(spec, RunOptions(storage_url=f"sqlite:///{tmp_path}/t.db", budget_gpu_seconds=12 * 3600,
+                               runs_dir=tmp_path / "runs"))
+    study = optuna.load_study(study_name="layouts", storage=f"sqlite:///{tmp_path}/t.db")
+    assert {t.params.get("sharding") for t in study.trials} == {"full_shard", "shard_grad_op"}
+    assert all("reshard_after_forward" not in t.params for t in study.trials
+               if t.params.get("sharding") == "shard_grad_op")      # conditional: absent where it does not apply
+    analysis = analyze_study(study, n_boot=0)
+    assert "sharding" in analysis["marginal_effects"]
+    recipe = render_recipe(analysis)
+    assert "sharding" in recipe

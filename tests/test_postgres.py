@@ -25,7 +25,7 @@ from tuner.cli import main as tuner_main
 from tuner.coordinator import RunOptions, run_study
 from tuner.storage import open_storage
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]  # coordinators as processes, private servers
 ROOT = Path(__file__).resolve().parents[1]
 SPEC_7B = ROOT / "studies" / "llama7b-h100x32.toml"
 

@@ -68,8 +68,8 @@ def render_recipe(analysis: dict[str, Any], *, planned_tokens: float | None = No
     for knob in analysis.get("top_knobs", []):
         d = imp[knob]
         meaning = f" ({KNOBS[knob].meaning})" if knob in KNOBS else ""
-        line = (f"1. **{knob} = {params.get(knob, 'n/a')}**{meaning}: fANOVA importance {d['fanova']:.2f} "
-                f"(95% CI {d['ci95'][0]:.2f} to {d['ci95'][1]:.2f})")
+        ci = f" (95% CI {d['ci95'][0]:.2f} to {d['ci95'][1]:.2f})" if d.get("ci95") else " (no bootstrap CI)"
+        line = f"1. **{knob} = {params.get(knob, 'n/a')}**{meaning}: fANOVA importance {d['fanova']:.2f}{ci}"
         if knob in abl:
             e = abl[knob]
             line += f"; worth {e['impact']:+.0%} ({e['ci95'][0]:+.0%} to {e['ci95'][1]:+.0%}) over {knob}={e['baseline_value']}"
@@ -135,8 +135,9 @@ def _figures(analysis: dict[str, Any]) -> list[tuple[str, Any]]:
     imp = [d for d in analysis["importance"] if d["fanova"] is not None]
     if imp:
         fig = go.Figure(go.Bar(x=[d["fanova"] for d in imp], y=[d["knob"] for d in imp], orientation="h",
-                               error_x={"type": "data", "array": [d["ci95"][1] - d["fanova"] for d in imp],
-                                        "arrayminus": [d["fanova"] - d["ci95"][0] for d in imp]}))
+                               error_x={"type": "data",
+                                        "array": [d["ci95"][1] - d["fanova"] if d["ci95"] else 0 for d in imp],
+                                        "arrayminus": [d["fanova"] - d["ci95"][0] if d["ci95"] else 0 for d in imp]}))
         fig.update_layout(title="Knob importance (fANOVA, 95% bootstrap CI)", yaxis={"autorange": "reversed"})
         figs.append(("importance", fig))
 

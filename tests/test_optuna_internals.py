@@ -1,0 +1,32 @@
+"""Optuna's private attributes, reached in tuner.optuna_internals only: fail loudly if they move."""
+
+import subprocess
+from pathlib import Path
+
+import optuna
+
+from tuner.optuna_internals import missing_internals, rdb_storage, study_storage, trial_id
+from tuner.storage import open_storage
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_installed_optuna_still_has_what_tuner_reaches():
+    assert missing_internals() == [], (
+        f"Optuna {optuna.__version__} moved internals tuner.optuna_internals relies on: {missing_internals()}")
+
+
+def test_the_accessors_reach_the_rdb_storage_and_the_trial_id(tmp_path):
+    storage = open_storage(f"sqlite:///{tmp_path}/t.db")
+    study = optuna.create_study(storage=storage)
+    trial = study.ask()
+    assert rdb_storage(study) is storage
+    assert study_storage(study).get_trial(trial_id(trial)).number == trial.number
+    assert trial_id(study.trials[0]) == trial_id(trial)
+
+
+def test_no_module_outside_optuna_internals_reaches_optuna_privates():
+    pattern = r"(?<!self)\._(storage|trial_id|backend|study_id|cached_trial_ids)\b"   # another object's
+    found = subprocess.run(["grep", "-rnP", pattern, "--include=*.py", "tuner", "bench", "objectives", "helper"],
+                           cwd=ROOT, capture_output=True, text=True).stdout.splitlines()
+    assert [f for f in found if not f.startswith("tuner/optuna_internals.py")] == []

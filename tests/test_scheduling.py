@@ -1,0 +1,66 @@
+"""The pure scheduling core: admission decisions and what a result becomes."""
+
+import pytest
+
+from tuner.budget import Ledger, LedgerEntry
+from tuner.launch import TrialResult
+from tuner.scheduling import best_lower_bound, next_admission, outcome, search_limit
+
+
+def ledger(costs, limit=100.0, running=()):
+    entries = [LedgerEntry(number=i, state="COMPLETE", gpu_seconds=c, reserved_gpu_seconds=3 * c)
+               for i, c in enumerate(costs)]
+    entries += [LedgerEntry(number=len(costs) + i, state="RUNNING", gpu_seconds=None, reserved_gpu_seconds=r)
+                for i, r in enumerate(running)]
+    return Ledger(limit_gpu_seconds=limit, entries=tuple(entries))
+
+
+def decide(led, **kw):
+    args = dict(first_estimate_gpu_seconds=10.0, search_limit_gpu_seconds=85.0, ablation=True,
+                ablation_planned=False, queued=False)
+    return next_admission(led, **{**args, **kw})
+
+
+def test_launch_with_a_cap_of_three_estimates_within_what_is_left():
+    adm = decide(ledger([10.0, 10.0]))
+    assert adm.action == "launch" and adm.estimate_gpu_seconds == 10.0 and adm.cap_gpu_seconds == 30.0
+    assert decide(ledger([10.0] * 8), queued=True).cap_gpu_seconds == 20.0   # 20 left: the cap shrinks to it
+
+
+def test_the_search_ends_at_its_share_then_the_ablation_is_planned_once():
+    assert decide(ledger([10.0] * 8)).action == "plan_ablation"            # 80 + 10 > 85
+    assert decide(ledger([10.0] * 8), ablation=False, search_limit_gpu_seconds=100.0).action == "launch"
+    assert decide(ledger([10.0] * 9), ablation=False, search_limit_gpu_seconds=100.0).action == "launch"
+    assert decide(ledger([10.0] * 10), ablation=False, search_limit_gpu_seconds=100.0).action == "stop"
+    planned = decide(ledger([10.0] * 8), ablation_planned=True, queued=True)
+    assert planned.action == "launch"                                        # the queued ablation runs go on
+    assert decide(ledger([10.0] * 8), ablation_planned=True, queued=False).action == "stop"
+    assert search_limit(100.0, 0.15, ablation=True) == pytest.approx(85.0)
+    assert search_limit(100.0, 0.15, ablation=False) == 100.0
+
+
+def test_a_queued_trial_runs_past_the_search_share_but_never_past_the_budget():
+    assert decide(ledger([10.0] * 8), queued=True).action == "launch"       # the baseline or a retry
+    assert decide(ledger([10.0] * 9, running=(5.0,)), queued=True).action == "stop"   # 95 used, 10 > 5 left
+
+
+def test_best_lower_bound_ignores_series_without_a_ci():
+    assert best_lower_bound([[1.0, 2.0]]) is None
+    assert best_lower_bound([]) is None
+    assert 90 < best_lower_bound([[100.0, 101.0, 99.0, 100.0], [50.0] * 8]) < 100
+
+
+def common(**kw):
+    return dict(launcher="x", world_size=2, gpu_seconds=8.0, wall_seconds=4.0, **kw)
+
+
+def test_outcomes():
+    ok = outcome(TrialResult(status="ok", step_values=((1, 10.0), (2, 14.0)), message="", peak_mem_gib=None,
+                             extra={"mfu": 0.4, "odd": {1, 2}}, **common()))
+    assert (ok.state, ok.value, ok.failed, ok.retry) == ("COMPLETE", 12.0, 0.0, False)
+    assert ok.attrs["gpu_seconds"] == 8.0 and "peak_mem_gib" not in ok.attrs and "message" not in ok.attrs
+    assert ok.attrs["mfu"] == 0.4 and ok.attrs["odd"] == "{1, 2}"           # JSON-ready
+    oom = outcome(TrialResult(status="oom", message="out of memory", **common()))
+    assert (oom.state, oom.value, oom.failed) == ("COMPLETE", 0.0, 1.0) and oom.attrs["status"] == "oom"
+    node = outcome(TrialResult(status="error", message="node died", extra={"slurm_failure": "NODE_FAIL"}, **common()))
+    assert (node.state, node.value, node.failed, node.retry) == ("FAIL", None, None, True)
