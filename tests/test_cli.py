@@ -26,6 +26,7 @@ def test_help_explains_every_command(tmp_path):
     assert "40gpuh" in run_help and "TUNER_STORAGE" in run_help
 
 
+@pytest.mark.slow  # a `tuner` process each
 @pytest.mark.parametrize("args, needle", [
     (["run", "--study", "missing.toml"], "missing.toml: cannot read spec"),
     (["run", "--study", str(ROOT / "studies/quickstart.toml"), "--budget", "40h"], "--budget: bad budget '40h'"),

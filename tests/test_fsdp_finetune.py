@@ -120,6 +120,7 @@ def world_of_one():
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_world_of_one_local_checkpoint_with_checkpointing_and_no_reshard(tmp_path, world_of_one):
     from transformers import LlamaConfig, LlamaForCausalLM
 

@@ -113,12 +113,13 @@ def test_sharding_is_a_knob_end_to_end(tmp_path):
     assert sgo.extra["noiseless_tokens_per_sec_per_gpu"] > full.extra["noiseless_tokens_per_sec_per_gpu"]
     assert sgo.peak_mem_gib > full.peak_mem_gib
 
-    run_study(spec, RunOptions(storage_url=f"sqlite:///{tmp_path}/t.db", budget_gpu_seconds=12 * 3600,
+    run_study(spec, RunOptions(storage_url=f"sqlite:///{tmp_path}/t.db", budget_gpu_seconds=4 * 3600,
                                runs_dir=tmp_path / "runs"))
     study = optuna.load_study(study_name="layouts", storage=f"sqlite:///{tmp_path}/t.db")
-    assert {t.params.get("sharding") for t in study.trials} == {"full_shard", "shard_grad_op"}
-    assert all("reshard_after_forward" not in t.params for t in study.trials
-               if t.params.get("sharding") == "shard_grad_op")      # conditional: absent where it does not apply
+    ran = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert {t.params["sharding"] for t in ran} == {"full_shard", "shard_grad_op"}
+    assert all("reshard_after_forward" not in t.params for t in ran
+               if t.params["sharding"] == "shard_grad_op")      # conditional: absent where it does not apply
     analysis = analyze_study(study, n_boot=0)
     assert "sharding" in analysis["marginal_effects"]
     recipe = render_recipe(analysis)

@@ -45,6 +45,7 @@ def test_report_files_and_dashboard_note(study_and_analysis, tmp_path):
     assert "Recipe" in note["body"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (Debian package chromium)")
 def test_report_renders_in_headless_chromium(study_and_analysis, tmp_path):
     study, analysis = study_and_analysis

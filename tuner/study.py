@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
@@ -37,15 +37,21 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 @dataclass(frozen=True, kw_only=True)
 class RunSummary:
+    """Where a study stands: what `tuner run` prints at the end and `tuner status` prints."""
+
     study_name: str
-    launched: int
+    """The Optuna study name."""
+    launched: int = 0
     """Trials this coordinator ran."""
-    statuses: dict[str, int]
+    statuses: dict[str, int] = field(default_factory=dict)
     """Finished trials of the whole study by status."""
-    used_gpu_seconds: float
-    limit_gpu_seconds: float
-    best: dict[str, Any] | None
-    stopped: str
+    used_gpu_seconds: float = 0.0
+    """GPU time charged to the budget (tuner.budget's rule)."""
+    limit_gpu_seconds: float = 0.0
+    """The budget limit."""
+    best: dict[str, Any] | None = None
+    """The best ok trial: number, tokens/s/GPU, params, role; None before any."""
+    stopped: str = ""
     """Why the loop ended: `budget`, `max_trials`, `interrupted`."""
     simulated: bool = False
     """Trials came from the sim launcher's performance model, not from real jobs."""
