@@ -26,6 +26,24 @@ def test_help_explains_every_command(tmp_path):
     assert "40gpuh" in run_help and "TUNER_STORAGE" in run_help
 
 
+def test_a_tuner_error_is_one_line_and_any_other_exception_keeps_its_traceback(monkeypatch, capsys):
+    from tuner import cli
+    from tuner.errors import StudyConflictError
+
+    def user_error(args):
+        raise StudyConflictError("no study named 'x' in sqlite:///t.db (it holds no study)")
+
+    def bug(args):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setitem(cli.COMMANDS, "status", user_error)
+    assert cli.main(["status"]) == 2
+    assert capsys.readouterr().err == "tuner status: error: no study named 'x' in sqlite:///t.db (it holds no study)\n"
+    monkeypatch.setitem(cli.COMMANDS, "status", bug)
+    with pytest.raises(ZeroDivisionError):
+        cli.main(["status"])
+
+
 @pytest.mark.slow  # a `tuner` process each
 @pytest.mark.parametrize("args, needle", [
     (["run", "--study", "missing.toml"], "missing.toml: cannot read spec"),

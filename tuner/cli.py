@@ -14,7 +14,7 @@ import signal
 import sys
 from pathlib import Path
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "COMMANDS"]
 
 _STORAGE_HELP = ("Optuna storage URL (SQLAlchemy). Precedence: this flag, then $TUNER_STORAGE, "
                  "then sqlite:///tuner.db in the working directory.")
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     from tuner.errors import TunerError
 
     try:
-        return _COMMANDS[args.command](args)
+        return COMMANDS[args.command](args)
     except TunerError as exc:
         print(f"tuner {args.command}: error: {exc}", file=sys.stderr)
         return 2
@@ -261,7 +261,8 @@ def _cmd_suggest(args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS = {"run": _cmd_run, "status": _cmd_status, "analyze": _cmd_analyze,
+# subcommand -> the function that runs it (one library call each)
+COMMANDS = {"run": _cmd_run, "status": _cmd_status, "analyze": _cmd_analyze,
              "report": _cmd_report, "distill": _cmd_distill, "suggest": _cmd_suggest}
 
 
