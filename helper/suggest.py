@@ -122,9 +122,15 @@ def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: 
     spec = get_gpu(gpu)
     stage = normalize_sharding(sharding)
     examples = parse_dataset_size(dataset_size)
-    if gpu_count < 1 or gpus_per_node < 1 or seq_len < 8:
-        raise ValueError(f"need gpu_count >= 1, gpus_per_node >= 1, seq_len >= 8; got "
-                         f"{gpu_count}, {gpus_per_node}, {seq_len}")
+    for name, value, low in (("gpu_count", gpu_count, 1), ("gpus_per_node", gpus_per_node, 1), ("seq_len", seq_len, 8)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    if global_batch is not None and (isinstance(global_batch, bool) or not isinstance(global_batch, int)):
+        raise ValueError(f"global_batch must be an integer, got {global_batch!r}")
+    if not (isinstance(memory_headroom, (int, float)) and 0 <= memory_headroom < 1):
+        raise ValueError(f"memory_headroom must be a share of device memory in [0, 1), got {memory_headroom!r}")
+    if not (isinstance(mean_tokens_per_example, (int, float)) and mean_tokens_per_example > 0):
+        raise ValueError(f"mean_tokens_per_example must be > 0, got {mean_tokens_per_example!r}")
     cal = _as_calibration(calibration)
     constants, source = resolve_constants(cal, spec.name)
     informed = set(cal.get("informed", {}).get(spec.name, []))

@@ -49,3 +49,10 @@ def test_estimate_uses_spec_first_then_recent_median():
 
 def test_format_gpu_hours():
     assert format_gpu_hours(5400) == "1.50 GPU-h"
+
+
+def test_a_budget_that_is_not_finite_is_refused():
+    from tuner.errors import BudgetError
+
+    with pytest.raises(BudgetError, match="not a finite number"):
+        parse_budget("1e999gpuh")

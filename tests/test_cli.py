@@ -96,3 +96,45 @@ def test_run_then_status_then_optuna_best_trial(tmp_path):
     assert best.returncode == 0, best.stderr
     record = json.loads(best.stdout)
     assert record["user_attrs"]["status"] == "ok" and record["value"] > 0
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["run", "--study", "s.toml", "--max-trials", "-1"], "--max-trials: -1 is below 1"),
+    (["run", "--study", "s.toml", "--grace-period", "-5"], "--grace-period: -5 is below 1"),
+    (["analyze", "--study-name", "s", "--out", "o", "--n-boot", "-1"], "--n-boot: -1 is below 0"),
+    (["report", "--study-name", "s", "--out", "o", "--planned-tokens", "-5"], "--planned-tokens: -5 is not a finite"),
+    (["suggest", "--model-size", "7b", "--gpus", "0", "--dataset-size", "52k"], "--gpus: 0 is below 1"),
+])
+def test_bad_numbers_are_refused_up_front_naming_the_flag(args, flag, capsys):
+    from tuner import cli
+
+    with pytest.raises(SystemExit) as info:
+        cli.main(args)
+    assert info.value.code == 2 and flag in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--budget", "1e999gpuh"], "--budget: bad budget '1e999gpuh': not a finite number"),
+    (["--budget", "1gpuh", "--study-name", "../../x"], "--study-name: '../../x' would put trial folders outside"),
+])
+def test_bad_budget_or_study_name_leaves_nothing_behind(tmp_path, monkeypatch, capsys, extra, needle):
+    from tuner import cli
+
+    monkeypatch.chdir(tmp_path)
+    spec = fast_spec(tmp_path)
+    assert cli.main(["run", "--study", spec.source_path, "--storage", f"sqlite:///{tmp_path}/t.db", *extra]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "t.db").exists() and not (tmp_path / "runs").exists()
+
+
+def test_every_command_has_a_description_and_defaults_show(capsys):
+    from tuner import cli
+
+    for name in cli.COMMANDS:
+        with pytest.raises(SystemExit):
+            cli.main([name, "--help"])
+        paragraphs = capsys.readouterr().out.split("\n\n")
+        assert not paragraphs[1].startswith("options:"), f"`tuner {name} --help` has no description"
+        if name == "report":
+            assert "default 1e+09" in " ".join(paragraphs[-1].split())

@@ -133,3 +133,15 @@ def test_explain_prints_memory_time_and_reasons():
                  cfg["source"], "micro_batch:"):
         assert part in text
     assert format_breakdown(cfg["memory"]).startswith("Memory per GPU")
+
+
+@pytest.mark.parametrize("args, kwargs, needle", [
+    (("7b", "8", 52_000), {}, "gpu_count must be an integer >= 1, got '8'"),
+    (("7b", None, 52_000), {}, "gpu_count must be an integer >= 1, got None"),
+    (("7b", True, 52_000), {}, "gpu_count must be an integer >= 1, got True"),
+    (("7b", 8, 52_000), {"memory_headroom": -1}, "memory_headroom must be a share"),
+    (("7b", 8, 52_000), {"mean_tokens_per_example": 0}, "mean_tokens_per_example must be > 0"),
+])
+def test_bad_arguments_are_a_value_error_that_names_them(args, kwargs, needle):
+    with pytest.raises(ValueError, match=needle.replace("(", r"\(")):
+        suggest_config(*args, **kwargs)

@@ -61,3 +61,17 @@ def test_report_renders_in_headless_chromium(study_and_analysis, tmp_path):
     subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", f"--screenshot={shot}", page.as_uri()],
                    capture_output=True, timeout=120)
     assert shot.exists() and shot.stat().st_size > 10_000
+
+
+def test_recipe_fits_the_backend_warns_when_inconclusive_and_names_a_winning_baseline(study_and_analysis):
+    _, analysis = study_and_analysis
+    gloo = render_recipe(analysis)      # the synthetic study ran on gloo (CPU)
+    assert "export NCCL_" not in gloo and "unset NCCL_" not in gloo and "not applicable" in gloo
+    nccl = {**analysis, "spec": {**analysis["spec"], "cluster": {**analysis["spec"]["cluster"], "backend": "nccl"}}}
+    assert "NCCL_" in render_recipe(nccl) and "not applicable" not in render_recipe(nccl)
+    assert "Inconclusive" not in gloo
+    assert "Inconclusive" in render_recipe({**analysis, "n_ok": 2}) and "only 2 trial(s)" in render_recipe(
+        {**analysis, "n_ok": 2})
+    base_best = {**analysis, "best": {**analysis["best"], "trial": analysis["baseline"]["trial"],
+                                      "winners_curse_adjusted": False}}
+    assert "the baseline itself" in render_recipe(base_best) and "not re-measured" not in render_recipe(base_best)

@@ -71,6 +71,7 @@ def test_minimal_spec_defaults(tmp_path):
     (("num_workers = 0\n", "num_workers = 0\nprefetch_factor = 2\n"), "baseline.prefetch_factor",
      "only applies when num_workers > 0"),
     (('[study]\nname = "s"', '[study]\nname = "s"\nsampler = "magic"'), "study.sampler", "unknown sampler"),
+    (('[study]\nname = "s"', '[study]\nname = "../s"'), "study.name", "outside the runs folder"),
     (("[model]", '[budget]\nlimit = "lots"\n[model]'), "budget.limit", "bad budget"),
     (('gpu = "cpu"', 'launcher = "sim"\ngpu = "h100"'), "cluster.gpu", "no model of GPU 'h100'"),
 ])

@@ -303,7 +303,10 @@ def format_summary(analysis: dict[str, Any]) -> str:
         lines.append(f"baseline (trial {base['trial']}): {_fmt_ci(base['tokens_per_sec_per_gpu'])} tokens/s/GPU")
     best = analysis["best"]
     if best:
-        note = " (re-measured)" if best["winners_curse_adjusted"] else " (search trial; not re-measured)"
+        if analysis["baseline"] and best["trial"] == analysis["baseline"]["trial"]:
+            note = " (the baseline itself)"
+        else:
+            note = " (re-measured)" if best["winners_curse_adjusted"] else " (search trial; not re-measured)"
         lines.append(f"best (trial {best['trial']}){note}: {_fmt_ci(best['tokens_per_sec_per_gpu'])} tokens/s/GPU")
         if best["speedup_vs_baseline"]:
             lines.append(f"speedup vs baseline: {_fmt_ci(best['speedup_vs_baseline'], fmt='.2f')}x")

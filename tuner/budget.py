@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from collections.abc import Iterable, Mapping
@@ -41,6 +42,8 @@ def parse_budget(text: str) -> float:
         raise BudgetError(
             f"bad budget {text!r}: write a positive number and a unit, e.g. 40gpuh, 90gpum, 600gpus")
     value = float(m.group(1)) * _UNITS[m.group(2).lower()]
+    if not math.isfinite(value):
+        raise BudgetError(f"bad budget {text!r}: not a finite number")
     if value <= 0:
         raise BudgetError(f"bad budget {text!r}: must be more than zero")
     return value

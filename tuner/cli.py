@@ -16,11 +16,37 @@ from pathlib import Path
 
 __all__ = ["main", "build_parser", "COMMANDS"]
 
+def _count(low: int):
+    """argparse type: an integer >= ``low`` (refused up front, naming the flag)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} is below {low}")
+        return value
+    return parse
+
+
+def _positive_float(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number > 0")
+    return value
+
+
 _STORAGE_HELP = ("Optuna storage URL (SQLAlchemy). Precedence: this flag, then $TUNER_STORAGE, "
                  "then sqlite:///tuner.db in the working directory.")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from tuner.report import DEFAULT_PLANNED_TOKENS  # light: plotly loads only when a report is drawn
+
     parser = argparse.ArgumentParser(
         prog="tuner",
         description="Throughput autotuner for distributed LLM fine-tuning: an Optuna study over "
@@ -41,38 +67,55 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--launcher", choices=["local", "slurm", "sim"], help="override the spec's [cluster] launcher")
     run.add_argument("--runs-dir", type=Path, default=Path("runs"),
                      help="per-trial folders: config, result file, log (default: runs/)")
-    run.add_argument("--max-trials", type=int, help="stop after this many trials from this process")
+    run.add_argument("--max-trials", type=_count(1), help="stop after this many trials from this process")
     run.add_argument("--no-ablation", action="store_true", help="skip the post-search ablation re-runs")
-    run.add_argument("--grace-period", type=int, metavar="SECONDS",
+    run.add_argument("--grace-period", type=_count(1), metavar="SECONDS",
                      help="heartbeat age after which a running trial of a dead coordinator is failed, "
                           "charged and retried (default 60)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
 
-    status = sub.add_parser("status", help="trials by state, budget used/left, best so far")
+    status = sub.add_parser("status", help="trials by state, budget used/left, best so far",
+                            description="Where each study stands: trials by status, GPU-hours used and left, "
+                                        "the best trial so far and its knobs. Reads only; safe while studies run.")
     status.add_argument("--storage", help=_STORAGE_HELP)
     status.add_argument("--study-name", help="one study (default: every study in the storage)")
 
-    analyze = sub.add_parser("analyze", help="bootstrap CIs, speedup vs baseline, fANOVA importance -> analysis.json")
+    analyze = sub.add_parser("analyze", help="per-trial CIs, speedup vs baseline, fANOVA importance -> analysis.json",
+                             description="The statistics of a study: each trial's tokens/s/GPU with a batch-means "
+                                         "CI, the best config and its speedup over the baseline, knob importance "
+                                         "(fANOVA with bootstrap CIs) and the ablation. Writes DIR/analysis.json.")
     analyze.add_argument("--storage", help=_STORAGE_HELP)
     analyze.add_argument("--study-name", required=True)
     analyze.add_argument("--out", required=True, type=Path, help="output folder")
-    analyze.add_argument("--n-boot", type=int, default=30, help="bootstrap resamples of the importance CIs (default 30)")
+    analyze.add_argument("--n-boot", type=_count(0), default=30,
+                         help="bootstrap resamples of the importance CIs; 0 for none (default 30)")
 
-    report = sub.add_parser("report", help="report.html (plots) and RECIPE.md; saves the recipe as the study's dashboard note")
+    report = sub.add_parser("report", help="report.html (plots) and RECIPE.md; saves the recipe as the study's dashboard note",
+                            description="A one-page RECIPE.md for the team (the settings to apply, what they buy, "
+                                        "what matters) and report.html with the plots; the recipe is also saved as "
+                                        "the study's note in optuna-dashboard.")
     report.add_argument("--storage", help=_STORAGE_HELP)
     report.add_argument("--study-name", required=True)
     report.add_argument("--out", required=True, type=Path, help="output folder")
-    report.add_argument("--planned-tokens", type=float, help="tokens of the planned training run, for GPU-hours saved")
+    report.add_argument("--planned-tokens", type=_positive_float, default=DEFAULT_PLANNED_TOKENS,
+                        help="tokens of the planned training run, for the GPU-hours the speedup saves "
+                             f"(default {DEFAULT_PLANNED_TOKENS:.0e})")
     report.add_argument("--no-note", action="store_true", help="do not save the recipe as an optuna-dashboard note")
 
-    distill = sub.add_parser("distill", help="fit the helper's performance-model calibration from finished studies")
+    distill = sub.add_parser("distill", help="fit the helper's performance-model calibration from finished studies",
+                             description="Fit the constants of helper's performance model to the ok trials of "
+                                         "finished studies and write a calibration JSON that `tuner suggest "
+                                         "--calibration` and helper.load_calibration read.")
     distill.add_argument("--storage", help=_STORAGE_HELP)
     distill.add_argument("--study-name", required=True, action="append", help="a finished study (repeatable)")
     distill.add_argument("--out", required=True, type=Path, help="calibration JSON to write")
 
-    suggest = sub.add_parser("suggest", help="print suggest_config(...) as JSON")
+    suggest = sub.add_parser("suggest", help="print suggest_config(...) as JSON",
+                             description="Launch settings for a model, GPU count and dataset from helper's "
+                                         "calibrated performance model, with the expected tokens/s/GPU and the "
+                                         "reasons; as JSON.")
     suggest.add_argument("--model-size", required=True, help="7b, 13B, 7e9, 1.3b or a preset name")
-    suggest.add_argument("--gpus", required=True, type=int, help="GPU count")
+    suggest.add_argument("--gpus", required=True, type=_count(1), help="GPU count")
     suggest.add_argument("--dataset-size", required=True, help="examples: 52000 or 52k")
     suggest.add_argument("--seq-len", type=int, default=2048)
     suggest.add_argument("--gpu", default="H100-80GB", help="A100-40GB, A100-80GB, H100-80GB, H200-141GB")

@@ -30,10 +30,11 @@ from optuna.trial import TrialState
 from tuner import scheduling
 from tuner.ablation import plan_ablation_once
 from tuner.budget import ledger_from_trials
+from tuner.errors import SpecError
 from tuner.launch import Launcher, TrialRequest, TrialResult, get_launcher
 from tuner.optuna_internals import rdb_storage, study_storage, trial_id
 from tuner.space import complete_params, suggest_params
-from tuner.spec import StudySpec
+from tuner.spec import StudySpec, study_name_problem
 from tuner.storage import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, admission_lock, with_retries
 from tuner.study import RunSummary, open_study, retry_once, summarize
 
@@ -109,6 +110,9 @@ def run_study(spec: StudySpec, options: RunOptions,
     again so the next run resumes with it, and re-raises KeyboardInterrupt.
     """
     emit = on_event or (lambda event: None)
+    problem = study_name_problem(options.study_name or spec.study.name)
+    if problem:  # before anything is written
+        raise SpecError(f"--study-name: {problem}")
     study, limit = open_study(spec, storage_url=options.storage_url, study_name=options.study_name,
                               budget_gpu_seconds=options.budget_gpu_seconds,
                               grace_period_s=options.grace_period_s)

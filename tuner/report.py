@@ -12,6 +12,10 @@ from tuner.knobs import KNOBS, LAUNCH_KNOBS
 
 __all__ = ["write_report", "render_recipe", "render_html", "save_recipe_note", "DEFAULT_PLANNED_TOKENS"]
 
+MIN_OK_TRIALS = 8
+"""Fewer ok trials than this and the recipe says the study is inconclusive: too few for the
+importance ranking and the "did not matter" list to mean much."""
+
 DEFAULT_PLANNED_TOKENS = 1e9
 """Planned run for "what the speedup is worth" when none is given: 1e9 tokens (e.g. ~20
 epochs of Alpaca's 52k examples at ~1k tokens each)."""
@@ -44,15 +48,26 @@ def render_recipe(analysis: dict[str, Any], *, planned_tokens: float | None = No
     if not best:
         return "\n".join(lines + ["No trial finished ok; nothing to recommend yet."]) + "\n"
     params = best["params"]
-    env = [f"export {var}={params[k]}" for k, var in _ENV.items() if params.get(k) not in (None, "default")]
-    unset = [f"unset {var}   # leave it to NCCL" for k, var in _ENV.items() if params.get(k) == "default"]
+    if analysis["n_ok"] < MIN_OK_TRIALS:
+        lines += [f"> **Inconclusive**: only {analysis['n_ok']} trial(s) finished ok (fewer than {MIN_OK_TRIALS}). "
+                  "The best config below is the best of very few; the importance ranking and the "
+                  "\"did not matter\" list mean little yet. Give the study a larger budget.", ""]
+    if cluster.get("backend") == "gloo":  # NCCL's variables do nothing on gloo (CPU) runs
+        env, unset = ["# NCCL_ALGO / NCCL_PROTO: not applicable, this study ran on gloo (CPU)"], []
+    else:
+        env = [f"export {var}={params[k]}" for k, var in _ENV.items() if params.get(k) not in (None, "default")]
+        unset = [f"unset {var}   # leave it to NCCL" for k, var in _ENV.items() if params.get(k) == "default"]
     flags = " ".join(f"--{k.replace('_', '-')} {json.dumps(v) if isinstance(v, bool) else v}"
                      for k, v in params.items() if k not in _ENV)
     lines += ["## Apply", "", "```bash", *env, *unset, f"# training launch flags: {flags}", "```", ""]
     tps = best["tokens_per_sec_per_gpu"]
-    lines += ["## What it buys", "",
-              f"- Best config (trial {best['trial']}): **{_ci(tps)} tokens/s/GPU**"
-              + ("" if best["winners_curse_adjusted"] else " (search measurement; not re-measured, may be optimistic)")]
+    if base and best["trial"] == base["trial"]:
+        how = " (the baseline itself: no config beat today's)"
+    elif best["winners_curse_adjusted"]:
+        how = ""
+    else:
+        how = " (search measurement; not re-measured, may be optimistic)"
+    lines += ["## What it buys", "", f"- Best config (trial {best['trial']}): **{_ci(tps)} tokens/s/GPU**{how}"]
     speed = best.get("speedup_vs_baseline")
     if base and speed:
         lines.append(f"- Baseline (today's config, trial {base['trial']}): {_ci(base['tokens_per_sec_per_gpu'])} tokens/s/GPU")

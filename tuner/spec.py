@@ -38,7 +38,7 @@ from tuner.spec_sections import (
 
 __all__ = [
     "SpecError", "StudySpec", "StudySection", "ModelSection", "DataSection", "ClusterSection",
-    "TrialSection", "KnobSpace", "load_spec", "parse_spec", "spec_fingerprint",
+    "TrialSection", "KnobSpace", "load_spec", "parse_spec", "spec_fingerprint", "study_name_problem",
     "KNOWN_KNOBS", "LAUNCH_KNOBS", "SAMPLERS",
 ]
 
@@ -198,9 +198,26 @@ def _type_ok(value: Any, annotation: str) -> bool:
     return True
 
 
+def study_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a study, or None. Trial folders are ``runs/<name>/...``, so a
+    name is one folder name: no path separator, not `.` or `..`.
+
+    Example:
+        >>> study_name_problem("../../x")
+        "'../../x' would put trial folders outside the runs folder: use letters, digits, '-', '_' and '.'"
+    """
+    if not name.strip():
+        return "must not be empty"
+    if "/" in name or "\\" in name or name in (".", "..") or "\0" in name:
+        return (f"{name!r} would put trial folders outside the runs folder: "
+                "use letters, digits, '-', '_' and '.'")
+    return None
+
+
 def _check_study(s: StudySection, fail) -> None:
-    if not s.name.strip():
-        raise fail("study.name", "must not be empty")
+    problem = study_name_problem(s.name)
+    if problem:
+        raise fail("study.name", problem)
     if s.sampler not in SAMPLERS:
         raise fail("study.sampler", f"unknown sampler {s.sampler!r}; one of {', '.join(SAMPLERS)}")
     if not 0.0 <= s.ablation_share < 1.0:
