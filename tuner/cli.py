@@ -16,28 +16,21 @@ from pathlib import Path
 
 __all__ = ["main", "build_parser", "COMMANDS"]
 
-def _count(low: int):
-    """argparse type: an integer >= ``low`` (refused up front, naming the flag)."""
-    def parse(text: str) -> int:
+def _number(cast: type, low: float, *, above: bool = False):
+    """argparse type: a finite ``cast`` number >= ``low`` (> ``low`` when ``above``), refused up
+    front with argparse's one line that names the flag."""
+    def parse(text: str):
         try:
-            value = int(text)
+            value = cast(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"{value} is below {low}")
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if cast is int else 'a number'}") from None
+        if value != value or value in (float("inf"), float("-inf")):
+            raise argparse.ArgumentTypeError(f"{text} is not a finite number")
+        if value < low or (above and value == low):
+            raise argparse.ArgumentTypeError(f"{text} is not a finite number > {low:g}" if above
+                                             else f"{value} is below {low}")
         return value
     return parse
-
-
-def _positive_float(text: str) -> float:
-    """argparse type: a finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (value > 0 and value != float("inf")):
-        raise argparse.ArgumentTypeError(f"{text} is not a finite number > 0")
-    return value
 
 
 _STORAGE_HELP = ("Optuna storage URL (SQLAlchemy). Precedence: this flag, then $TUNER_STORAGE, "
@@ -67,9 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--launcher", choices=["local", "slurm", "sim"], help="override the spec's [cluster] launcher")
     run.add_argument("--runs-dir", type=Path, default=Path("runs"),
                      help="per-trial folders: config, result file, log (default: runs/)")
-    run.add_argument("--max-trials", type=_count(1), help="stop after this many trials from this process")
+    run.add_argument("--max-trials", type=_number(int, 1), help="stop after this many trials from this process")
     run.add_argument("--no-ablation", action="store_true", help="skip the post-search ablation re-runs")
-    run.add_argument("--grace-period", type=_count(1), metavar="SECONDS",
+    run.add_argument("--grace-period", type=_number(int, 1), metavar="SECONDS",
                      help="heartbeat age after which a running trial of a dead coordinator is failed, "
                           "charged and retried (default 60)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -87,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument("--storage", help=_STORAGE_HELP)
     analyze.add_argument("--study-name", required=True)
     analyze.add_argument("--out", required=True, type=Path, help="output folder")
-    analyze.add_argument("--n-boot", type=_count(0), default=30,
+    analyze.add_argument("--n-boot", type=_number(int, 0), default=30,
                          help="bootstrap resamples of the importance CIs; 0 for none (default 30)")
 
     report = sub.add_parser("report", help="report.html (plots) and RECIPE.md; saves the recipe as the study's dashboard note",
@@ -97,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--storage", help=_STORAGE_HELP)
     report.add_argument("--study-name", required=True)
     report.add_argument("--out", required=True, type=Path, help="output folder")
-    report.add_argument("--planned-tokens", type=_positive_float, default=DEFAULT_PLANNED_TOKENS,
+    report.add_argument("--planned-tokens", type=_number(float, 0, above=True), default=DEFAULT_PLANNED_TOKENS,
                         help="tokens of the planned training run, for the GPU-hours the speedup saves "
                              f"(default {DEFAULT_PLANNED_TOKENS:.0e})")
     report.add_argument("--no-note", action="store_true", help="do not save the recipe as an optuna-dashboard note")
@@ -115,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
                                          "calibrated performance model, with the expected tokens/s/GPU and the "
                                          "reasons; as JSON.")
     suggest.add_argument("--model-size", required=True, help="7b, 13B, 7e9, 1.3b or a preset name")
-    suggest.add_argument("--gpus", required=True, type=_count(1), help="GPU count")
+    suggest.add_argument("--gpus", required=True, type=_number(int, 1), help="GPU count")
     suggest.add_argument("--dataset-size", required=True, help="examples: 52000 or 52k")
     suggest.add_argument("--seq-len", type=int, default=2048)
     suggest.add_argument("--gpu", default="H100-80GB", help="A100-40GB, A100-80GB, H100-80GB, H200-141GB")
