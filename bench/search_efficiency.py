@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from tuner import scheduling  # noqa: E402
 from tuner.budget import ledger_from_trials  # noqa: E402
-from tuner.coordinator import record_result  # noqa: E402
+from tuner.coordinator import adaptive_bar, record_result  # noqa: E402
 from tuner.launch import TrialRequest  # noqa: E402
 from tuner.launch.sim import SimLauncher  # noqa: E402
 from tuner.sampling import make_sampler  # noqa: E402
@@ -83,14 +83,6 @@ def noiseless(spec, launcher, params, cache):
     return cache[key]
 
 
-def best_lower_bound(study, spec):
-    """Adaptive measurement's bar: the best ok trial's CI lower bound (as the coordinator's)."""
-    if not spec.trial.adaptive:
-        return None
-    ok = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("status") == "ok"]
-    return scheduling.best_lower_bound([t.intermediate_values[k] for k in sorted(t.intermediate_values)] for t in ok)
-
-
 def run_one(spec, make, seed, truth_cache, launcher, optimum, limit_s):
     study = optuna.create_study(direction="maximize", sampler=make())
     base = baseline_params(spec)
@@ -115,7 +107,7 @@ def run_one(spec, make, seed, truth_cache, launcher, optimum, limit_s):
         request = TrialRequest(study_name="bench", number=trial.number, params=complete_params(params, spec),
                                spec=spec_seeded, run_dir=Path("/nonexistent"), max_gpu_seconds=cap,
                                stop_below_tokens_per_sec_per_gpu=(None if trial.user_attrs.get("role")
-                                                                  else best_lower_bound(study, spec)))
+                                                                  else adaptive_bar(study, spec)))
         result = launcher.launch(request)
         record_result(study, trial, result)
         used += result.gpu_seconds

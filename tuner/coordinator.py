@@ -38,7 +38,7 @@ from tuner.spec import StudySpec, study_name_problem
 from tuner.storage import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, admission_lock, with_retries
 from tuner.study import RunSummary, open_study, retry_once, summarize
 
-__all__ = ["RunOptions", "TrialEvent", "run_study", "record_result"]
+__all__ = ["RunOptions", "TrialEvent", "run_study", "record_result", "adaptive_bar"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -166,7 +166,7 @@ def run_study(spec: StudySpec, options: RunOptions,
                                    seed=spec.study.seed + trial.number, max_gpu_seconds=reserved,
                                    # the baseline and ablation runs are references: measure them fully
                                    stop_below_tokens_per_sec_per_gpu=(
-                                       None if trial.user_attrs.get("role") else _best_lower_bound(study, spec)))
+                                       None if trial.user_attrs.get("role") else adaptive_bar(study, spec)))
             t0 = time.monotonic()
             try:
                 # beat well inside the grace period other coordinators judge us by
@@ -319,8 +319,9 @@ def _used(study: optuna.Study, limit: float) -> float:
     return ledger_from_trials(trials, limit).used_gpu_seconds
 
 
-def _best_lower_bound(study: optuna.Study, spec: StudySpec) -> float | None:
-    """The best ok trial's 95% CI lower bound (for adaptive measurement), or None."""
+def adaptive_bar(study: optuna.Study, spec: StudySpec) -> float | None:
+    """Adaptive measurement's bar for the next search trial: the best ok trial's 95% CI lower
+    bound (tuner.scheduling.best_lower_bound), or None (adaptive measurement off, no CI yet)."""
     if not spec.trial.adaptive:
         return None
     trials = with_retries(lambda: study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)),
