@@ -46,9 +46,7 @@ class SimLauncher(Launcher):
         from helper.memory import estimate_memory
         from helper.throughput import estimate_startup_seconds, predict_throughput
 
-        spec = request.spec
-        # every knob's value: the request's, then the spec's [model] settings, then the catalogue's
-        p = knobs.resolve(request.params, {"activation_checkpointing": spec.model.activation_checkpointing})
+        spec, p = request.spec, request.params  # every knob's value (TrialRequest: complete_params)
         c = spec.cluster
         world = c.world_size
         model = spec.model.preset or spec.model.path
