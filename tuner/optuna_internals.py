@@ -75,19 +75,20 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
 
 def missing_internals() -> list[str]:
     """What this module relies on and the installed Optuna lacks ([] when all is there)."""
-    missing = []
-    study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
+    rdb = HeartbeatRDBStorage("sqlite:///:memory:")
+    study = optuna.create_study(storage=rdb)
     trial = study.ask()
-    for obj, attr in ((study, "_storage"), (trial, "_trial_id"), (study.trials[0], "_trial_id")):
-        if not hasattr(obj, attr):
-            missing.append(f"{type(obj).__name__}.{attr}")
-    if not hasattr(optuna.storages.RDBStorage, "_create_new_trial"):
-        missing.append("RDBStorage._create_new_trial")
-    try:
-        from optuna.storages._cached_storage import _CachedStorage
-    except ImportError:
-        missing.append("optuna.storages._cached_storage._CachedStorage")
-    else:
-        if not hasattr(_CachedStorage, "_backend") and "_backend" not in _CachedStorage.__init__.__code__.co_names:
-            missing.append("_CachedStorage._backend")
+    checks = {"Study._storage": lambda: study._storage,  # noqa: SLF001
+              "Trial._trial_id": lambda: trial._trial_id,  # noqa: SLF001
+              "FrozenTrial._trial_id": lambda: study.trials[0]._trial_id,  # noqa: SLF001
+              "the study cache's _backend": lambda: study._storage._backend,  # noqa: SLF001
+              "RDBStorage._create_new_trial": lambda: optuna.storages.RDBStorage._create_new_trial}  # noqa: SLF001
+    missing = []
+    for name, reach in checks.items():
+        try:
+            reach()
+        except AttributeError:
+            missing.append(name)
+    if not missing and rdb_storage(study) is not rdb:
+        missing.append("the study cache's _backend is not the RDB storage it wraps")
     return missing
