@@ -166,10 +166,11 @@ def parse_results(text: str) -> ResultRecord:
             else:
                 record.steps.append(event)
         elif kind == "summary":
-            problem = next((p for k in _SUMMARY_NUMBERS if event.get(k) is not None
-                            for p in [_number_problem(event, k, positive=False)] if p), None)
-            if problem:
-                record.problems.append(f"line {number}: summary {problem}")
+            for key in _SUMMARY_NUMBERS:
+                problem = event.get(key) is not None and _number_problem(event, key, positive=False)
+                if problem:
+                    record.problems.append(f"line {number}: summary {problem}")
+                    break
             record.summary = event
         elif kind == "error":
             record.error = event

@@ -62,6 +62,12 @@ def trial_result(*, launcher: str, world_size: int, wall_seconds: float,
     size x wall time.
     """
     record = read_results(result_path)
+    if record.problems and not timed_out:  # nothing of a broken result counts but the time it used
+        more = f" (and {len(record.problems) - 1} more)" if len(record.problems) > 1 else ""
+        return TrialResult(status="error", launcher=launcher, world_size=world_size,
+                           gpu_seconds=world_size * wall_seconds, wall_seconds=wall_seconds, log_path=str(log_path),
+                           message=f"result file {result_path}: {record.problems[0]}{more}: "
+                                   "the workload broke the trial protocol (docs/contracts.md)")
     summary = record.summary or {}
     common = dict(launcher=launcher, world_size=world_size,
                   gpu_seconds=world_size * wall_seconds, wall_seconds=wall_seconds,
@@ -72,12 +78,6 @@ def trial_result(*, launcher: str, world_size: int, wall_seconds: float,
                   extra={k: v for k, v in summary.items() if k not in _SUMMARY_FIELDS})
     if timed_out:
         return TrialResult(status="timeout", message=timeout_message, **common)
-    if record.problems:
-        common.update(step_values=(), peak_mem_gib=None, data_wait_frac=None, startup_seconds=None, extra={})
-        more = f" (and {len(record.problems) - 1} more)" if len(record.problems) > 1 else ""
-        return TrialResult(status="error", message=f"result file {result_path}: {record.problems[0]}{more}: "
-                                                   "the workload broke the trial protocol (docs/contracts.md)",
-                           **common)
     if record.error is not None:
         kind = record.error.get("kind", "error")
         status = kind if kind in ERROR_KINDS else "error"
