@@ -17,17 +17,19 @@ over all ranks. Time blocked in the DataLoader's next() is data wait (slowest ra
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import resource
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+# The trial config: parsed and validated in objectives.trial_config, re-exported here.
+from objectives.trial_config import Knobs, TrialConfig, load_config, parse_config
 
 # The trial protocol and the knob catalogue: standard library only, no control plane.
 from tuner import knobs as catalogue
@@ -44,12 +46,8 @@ _IMPORT_S = time.perf_counter()
 
 # ------------------------------------------------------------------------------ defaults
 LEARNING_RATE = 2e-5  # Stanford Alpaca's fine-tuning LR (tatsu-lab/stanford_alpaca README); values don't change speed
-LAUNCH_KNOB_PREFIX = "nccl_"  # launch-level knobs: the launcher turns them into NCCL_* variables
 NCCL_ENV_VARS = tuple(catalogue.KNOBS[name].env_var for name in catalogue.LAUNCH_KNOBS)
 CONFIG_ERROR_GRACE_S = 10.0  # how long ranks > 0 wait for rank 0 to report a config error
-# Compute dtypes (tuner.spec's list). fp16 runs without a loss scaler: a few steps' numbers
-# don't matter for speed, and the scaler's inf checks cost little next to a step.
-DTYPES = ("auto", "bf16", "fp16", "fp32")
 # CUDA device name -> helper.gpus entry whose datasheet peak gives MFU, most specific first.
 # Variants with another peak map to None (PCIe/NVL H100 and H200 have lower clocks: H100
 # PCIe 756 TF, H100 NVL 835 TF dense bf16, NVIDIA datasheets; GH200 is a different board):
@@ -58,122 +56,6 @@ CUDA_NAME_TO_GPU: tuple[tuple[str, str | None], ...] = (
     ("GH200", None), ("H100 PCIe", None), ("H100 NVL", None), ("H200 NVL", None),
     ("H100", "H100-80GB"), ("H200", "H200-141GB"), ("A100", "A100-80GB"),
 )
-
-
-class Knobs(Mapping[str, Any]):
-    """The workload knobs of one trial (tuner.knobs names), validated, defaults filled in.
-
-    Read as attributes (``knobs.micro_batch``) or as a mapping; a conditional knob that is
-    not active (``prefetch_factor`` with no workers) reads as None.
-    """
-
-    def __init__(self, values: Mapping[str, Any]) -> None:
-        self._values = {k: v for k, v in values.items() if k in catalogue.WORKLOAD_KNOBS}
-
-    def __getattr__(self, name: str) -> Any:
-        if name in catalogue.WORKLOAD_KNOBS:
-            return self._values.get(name)
-        raise AttributeError(f"no knob {name!r}; workload knobs: {', '.join(catalogue.WORKLOAD_KNOBS)}")
-
-    def __getitem__(self, name: str) -> Any:
-        return self._values[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._values)
-
-    def __len__(self) -> int:
-        return len(self._values)
-
-    def __repr__(self) -> str:
-        return f"Knobs({self._values!r})"
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrialConfig:
-    """The parsed TUNER_TRIAL_CONFIG file (docs/contracts.md)."""
-
-    knobs: Knobs
-    """Workload knobs with defaults filled in."""
-    launch_params: dict[str, Any]
-    """Launch-level knobs (nccl_*), recorded only: the launcher already acted on them."""
-    model: dict[str, Any]
-    """The spec's [model] section: preset or path, seq_len, dtype."""
-    data: dict[str, Any]
-    """The spec's [data] section: source, tokenizer, vocab_size, num_examples, cache_dir..."""
-    warmup_steps: int
-    """Optimizer steps run before measuring (excluded)."""
-    measure_steps: int
-    """Optimizer steps measured (at most, with adaptive measurement)."""
-    adaptive: bool = False
-    """Stop measuring early once precise enough or clearly worse than the study's best
-    (`tuner.measurement.stop_reason`, the rule the sim launcher uses too)."""
-    min_steps: int = 4
-    """Adaptive measurement never stops before this many measured steps."""
-    target_rel_ci: float = 0.02
-    """Stop once the 95% CI half-width is below this fraction of the mean."""
-    stop_below: float | None = None
-    """The best trial's CI lower bound (tokens/s/GPU): stop once this trial's upper bound is below."""
-    backend: str = "gloo"
-    """torch.distributed backend: `nccl` (GPU) or `gloo` (CPU)."""
-    seed: int = 0
-    """Seeds model init and data order."""
-
-    @property
-    def seq_len(self) -> int:
-        return int(self.model["seq_len"])
-
-
-def parse_config(raw: Mapping[str, Any]) -> TrialConfig:
-    """A TrialConfig from the config file's JSON object.
-
-    Raises:
-        TrialConfigError: an unknown workload knob or a bad value; the message names the key.
-
-    Example:
-        >>> cfg = parse_config({"params": {"micro_batch": 4, "nccl_algo": "Ring"},
-        ...                     "model": {"preset": "tiny", "seq_len": 128}, "data": {},
-        ...                     "trial": {"warmup_steps": 1, "measure_steps": 2}})
-        >>> cfg.knobs.micro_batch, cfg.launch_params
-        (4, {'nccl_algo': 'Ring'})
-    """
-    params = dict(raw.get("params") or {})
-    unknown = sorted(k for k in params if k not in catalogue.KNOBS and not k.startswith(LAUNCH_KNOB_PREFIX))
-    if unknown:
-        raise TrialConfigError(f"unknown knob {unknown[0]!r} in params; objectives.fsdp_finetune knows "
-                               f"{', '.join(catalogue.WORKLOAD_KNOBS)} (and launch-level nccl_* knobs)")
-    for name, value in params.items():
-        problem = catalogue.value_problem(name, value) if name in catalogue.KNOBS else None
-        if problem:
-            raise TrialConfigError(f"params.{name}: {problem}")
-    model = dict(raw.get("model") or {})
-    knobs = Knobs(catalogue.resolve(params, {"activation_checkpointing": bool(model.get("activation_checkpointing", False))}))
-    if model.get("dtype", "auto") not in DTYPES:
-        raise TrialConfigError(f"model.dtype {model.get('dtype')!r}: one of {', '.join(DTYPES)}")
-    if not isinstance(model.get("seq_len"), int) or model["seq_len"] < 2:
-        raise TrialConfigError(f"model.seq_len {model.get('seq_len')!r}: an integer >= 2")
-    trial = raw.get("trial") or {}
-    for key, low in (("warmup_steps", 0), ("measure_steps", 1)):
-        if isinstance(trial.get(key), bool) or not isinstance(trial.get(key), int) or trial[key] < low:
-            raise TrialConfigError(f"trial.{key} {trial.get(key)!r}: an integer >= {low}")
-    return TrialConfig(
-        knobs=knobs,
-        launch_params={k: v for k, v in params.items() if k.startswith(LAUNCH_KNOB_PREFIX)},
-        model=model, data=dict(raw.get("data") or {}),
-        warmup_steps=trial["warmup_steps"], measure_steps=trial["measure_steps"],
-        adaptive=bool(trial.get("adaptive", False)), min_steps=int(trial.get("min_steps", 4)),
-        target_rel_ci=float(trial.get("target_rel_ci", 0.02)),
-        stop_below=(float(raw["stop_below_tokens_per_sec_per_gpu"])
-                    if raw.get("stop_below_tokens_per_sec_per_gpu") is not None else None),
-        backend=str((raw.get("cluster") or {}).get("backend", "gloo")), seed=int(raw.get("seed", 0)))
-
-
-def load_config(path: str | Path) -> TrialConfig:
-    """Read and parse a TUNER_TRIAL_CONFIG file (see :func:`parse_config`)."""
-    try:
-        raw = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise TrialConfigError(f"trial config {path}: {exc}") from None
-    return parse_config(raw)
 
 
 # ------------------------------------------------------------------- protocol output
