@@ -55,7 +55,7 @@ def study_measurements(study: optuna.Study) -> list[dict[str, Any]]:
             continue
 
         # params, then the baseline and the [model] section, then the catalogue's defaults
-        fallback = {**{k: model[k] for k in ("activation_checkpointing",) if k in model}, **baseline}
+        fallback = {"activation_checkpointing": bool(model.get("activation_checkpointing", False)), **baseline}
         values = knobs.resolve(t.params, fallback)
         m: dict[str, Any] = {
             "study": study.study_name, "trial": t.number, "simulated": simulated,
