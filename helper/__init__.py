@@ -12,10 +12,13 @@ Example:
 """
 
 from helper.calibration import CONSTANTS, DEFAULT_CALIBRATION_PATH, calibration_source, load_calibration, resolve_constants
+from helper.checkpointing import LLAMA3_FAILURES_PER_GPU_HOUR, checkpoint_plan
 from helper.collectives import UnsupportedCollective
 from helper.fitting import fit_calibration, measurement_plan
 from helper.gpus import GPUS, GpuSpec, get_gpu
+from helper.layouts import Layout, candidate_layouts, layout_memory, layout_step_time
 from helper.memory import SHARDINGS, estimate_memory, normalize_sharding
+from helper.plan import critical_batch_tokens, plan_training
 from helper.sizes import ModelShape, parse_dataset_size, parse_model_size
 from helper.suggest import explain, format_breakdown, suggest_config
 from helper.throughput import (
@@ -36,4 +39,6 @@ __all__ = [
     "parse_model_size", "parse_dataset_size", "normalize_sharding",
     "GPUS", "GpuSpec", "get_gpu", "ModelShape", "Prediction", "UnsupportedCollective",
     "CONSTANTS", "SHARDINGS", "DEFAULT_CALIBRATION_PATH", "DEFAULT_MEAN_TOKENS_PER_EXAMPLE",
+    "plan_training", "critical_batch_tokens", "checkpoint_plan", "LLAMA3_FAILURES_PER_GPU_HOUR",
+    "Layout", "candidate_layouts", "layout_memory", "layout_step_time",
 ]
