@@ -14,7 +14,6 @@ Example:
 from helper.calibration import CONSTANTS, DEFAULT_CALIBRATION_PATH, calibration_source, load_calibration, resolve_constants
 from helper.checkpointing import LLAMA3_FAILURES_PER_GPU_HOUR, checkpoint_plan
 from helper.collectives import UnsupportedCollective
-from helper.fitting import fit_calibration, measurement_plan
 from helper.gpus import GPUS, GpuSpec, get_gpu
 from helper.layouts import Layout, candidate_layouts, layout_memory, layout_step_time
 from helper.memory import SHARDINGS, estimate_memory, normalize_sharding
@@ -42,3 +41,12 @@ __all__ = [
     "plan_training", "critical_batch_tokens", "checkpoint_plan", "LLAMA3_FAILURES_PER_GPU_HOUR",
     "Layout", "candidate_layouts", "layout_memory", "layout_step_time",
 ]
+
+
+def __getattr__(name: str):
+    # helper.fitting pulls in scipy.optimize (over a second to import): load it on first use so
+    # `tuner plan` and `suggest_config` stay fast.
+    if name in ("fit_calibration", "measurement_plan"):
+        from helper import fitting
+        return getattr(fitting, name)
+    raise AttributeError(f"module 'helper' has no attribute {name!r}")
