@@ -23,7 +23,7 @@ from helper.gpus import get_gpu
 from helper.layouts import Layout, candidate_layouts, layout_memory, layout_step_time, pipeline_bubble_fraction
 from helper.sizes import parse_model_size
 
-__all__ = ["plan_training", "critical_batch_tokens", "MIN_STEPS", "DEFAULT_BAND_PCT"]
+__all__ = ["plan_training", "critical_batch_tokens", "dataset_global_batch", "MIN_STEPS", "DEFAULT_BAND_PCT"]
 
 MIN_STEPS = 100
 """Fewer optimizer steps than this and a learning-rate schedule (warm-up, decay) has little room."""
@@ -263,3 +263,35 @@ def plan_training(model_size: float | int | str, gpu_count: int, *, tokens: floa
         "proxy": {"gpu_cluster": {"model_size": "1.3b", "gpu_count": 4},
                   "cpu": {"preset": "tiny", "processes": 2}},
     }
+
+
+def dataset_global_batch(n_params: float, examples: int, *, mean_tokens_per_example: float, seq_len: int,
+                         padding: str, gpu_count: int) -> tuple[int, str, list[str]]:
+    """A global batch (sequences, a multiple of ``gpu_count``) for one epoch of ``examples``.
+
+    The compute-optimal batch (:func:`critical_batch_tokens`) for the epoch's tokens, capped so
+    that an epoch has at least :data:`MIN_STEPS` steps, and at least one sequence per GPU.
+    Returns ``(global_batch, reason, warnings)``.
+
+    Example:
+        >>> gb, why, warn = dataset_global_batch(7e9, 52_000, mean_tokens_per_example=256, seq_len=2048,
+        ...                                      padding="packed", gpu_count=32)
+        >>> gb, warn
+        (64, [])
+    """
+    mean = min(float(mean_tokens_per_example), float(seq_len))
+    tokens = examples * mean
+    seqs = tokens / seq_len if padding == "packed" else float(examples)
+    per_seq = seq_len if padding == "packed" else mean
+    target = critical_batch_tokens(n_params, tokens) / per_seq
+    cap = seqs / MIN_STEPS
+    gb = max(gpu_count, int(min(target, cap) // gpu_count) * gpu_count)
+    steps = math.ceil(seqs / gb)
+    reason = (f"{gb} sequences: the compute-optimal batch for {tokens:.3g} tokens is ~{target:,.0f} sequences "
+              f"(DeepSeek LLM scaling law), capped so an epoch of ~{seqs:,.0f} sequences has >= {MIN_STEPS} steps "
+              f"({steps} here), at least one per GPU")
+    warnings = []
+    if steps < MIN_STEPS:
+        warnings.append(f"tiny epoch: {examples:,} examples make only {steps} optimizer steps even at one sequence "
+                        f"per GPU; train several epochs, use fewer GPUs, or a shorter seq_len")
+    return gb, reason, warnings

@@ -19,6 +19,7 @@ from helper.calibration import _as_calibration, resolve_constants
 from helper.collectives import UnsupportedCollective
 from helper.gpus import get_gpu
 from helper.memory import estimate_memory, normalize_sharding
+from helper.plan import dataset_global_batch, plan_training
 from helper.sizes import parse_dataset_size, parse_model_size
 from helper.throughput import (
     DEFAULT_MEAN_TOKENS_PER_EXAMPLE,
@@ -73,6 +74,23 @@ def _impossible(shape, n, stage, seq_len, spec, usable_gb, headroom) -> ValueErr
     return ValueError(" ".join(lines))
 
 
+def _planned_layout(model_size, gpu_count, spec, seq_len, gpus_per_node, tokens, global_batch, cal,
+                    headroom) -> tuple[str, str]:
+    """The layout ``plan_training`` chooses for this job, and why (one sentence)."""
+    try:
+        plan = plan_training(model_size, gpu_count, tokens=tokens, gpu=spec.name, gpus_per_node=gpus_per_node,
+                             seq_len=seq_len, global_batch_tokens=global_batch * seq_len, calibration=cal,
+                             memory_headroom=headroom)
+    except ValueError as exc:
+        return "none", f"no layout fits: {exc}"
+    chosen = plan["chosen"]["layout"]
+    note = (f"{chosen} ({plan['chosen']['description']}): the fastest of the {len(plan['layouts'])} layouts "
+            "`tuner plan` compares that fit.")
+    if chosen != "fsdp":
+        note += " The knobs below are for FSDP; `tuner plan` gives this layout's batch and memory."
+    return chosen, note
+
+
 def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: int | float | str, *,
                    seq_len: int = 2048, gpu: str = "H100-80GB", gpus_per_node: int = 8,
                    global_batch: int | None = None, sharding: str = "fsdp",
@@ -90,7 +108,8 @@ def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: 
         seq_len: tokens per row.
         gpu: ``A100-40GB``, ``A100-80GB``, ``H100-80GB``, ``H200-141GB`` (or ``cpu``).
         gpus_per_node: GPUs per node.
-        global_batch: sequences per optimizer step; None leaves grad_accum at 1.
+        global_batch: sequences per optimizer step; None targets one from the dataset size
+            (``helper.plan.dataset_global_batch``: compute-optimal, >= 100 steps per epoch).
         sharding: ``fsdp`` (= ``zero3``), ``zero2``, ``zero1``, ``ddp``.
         calibration: a calibration dict or JSON path (``tuner distill``); None = shipped default.
         mean_tokens_per_example: average tokenised example length, an assumption (default 256).
@@ -108,7 +127,8 @@ def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: 
         ``epoch_wall_hours``, ``epoch_gpu_hours``, ``steps_per_epoch``, ``startup_s``,
         ``checkpoint_interval_steps`` / ``_minutes``, ``memory`` (GB per GPU by part),
         ``time`` (seconds per step by part), ``rationale`` (knob -> one sentence),
-        ``assumptions`` and ``source`` (the calibration used).
+        ``assumptions``, ``source`` (the calibration used), ``layout`` (``plan_training``'s
+        choice) and ``warnings`` (e.g. a tiny epoch).
 
     Raises:
         ValueError: the model cannot fit (the message says what would), or bad arguments.
@@ -136,6 +156,15 @@ def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: 
     informed = set(cal.get("informed", {}).get(spec.name, []))
     usable_gb = spec.memory_gb * (1 - memory_headroom)
     mean_tokens = min(float(mean_tokens_per_example), float(seq_len))
+
+    # --- global batch from the dataset, layout from the planner (helper.plan) -----------
+    batch_note, warnings = None, []
+    if global_batch is None:
+        global_batch, batch_note, warnings = dataset_global_batch(
+            shape.n_params, examples, mean_tokens_per_example=mean_tokens, seq_len=seq_len, padding=padding,
+            gpu_count=gpu_count)
+    layout, layout_note = _planned_layout(model_size, gpu_count, spec, seq_len, gpus_per_node, examples * mean_tokens,
+                                          global_batch, cal, memory_headroom)
 
     # --- micro-batch x grad_accum candidates -------------------------------------------
     if global_batch is not None:
@@ -224,9 +253,9 @@ def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: 
         "micro_batch": f"largest {'divisor of the per-GPU batch' if global_batch else 'power of two'} whose "
                        f"{mem['total']:.1f} GB per GPU fits the {usable_gb:.0f} GB usable "
                        f"({memory_headroom:.0%} headroom on {spec.memory_gb:.0f} GB).",
-        "grad_accum": (f"{mb} x {ga} x {gpu_count} GPUs = global batch {global_batch} sequences."
-                       if global_batch else "no global batch requested: accumulation would only amortise "
-                       "the reduce-scatter and hold unsharded fp32 gradients; pass global_batch to target one."),
+        "grad_accum": f"{mb} x {ga} x {gpu_count} GPUs = global batch {global_batch} sequences"
+                      + (f"; {batch_note}." if batch_note else " (requested)."),
+        "layout": layout_note,
         "activation_checkpointing": (
             "off: predicted faster than checkpointing (an extra forward, 8N vs 6N FLOPs)." if not ac else
             "on: the larger micro-batch it allows beats no checkpointing at the largest micro-batch that "
@@ -266,6 +295,7 @@ def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: 
         "checkpoint_interval_steps": ckpt_steps,
         "checkpoint_interval_minutes": round(ckpt_steps * step_s / 60, 2),
         "checkpoint_size_gb": round(ckpt_gb, 1),
+        "layout": layout, "warnings": warnings,
         "memory": {k: round(v, 3) for k, v in mem.items()},
         "memory_capacity_gb": spec.memory_gb, "memory_usable_gb": round(usable_gb, 2),
         "time": {k: round(v, 5) for k, v in t.items()},

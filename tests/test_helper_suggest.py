@@ -67,14 +67,18 @@ def test_suggested_micro_batch_fits_by_the_memory_model(gpu):
         ok += 1
         mem = estimate_memory(size, n, sharding=cfg["sharding"], micro_batch=cfg["micro_batch"],
                               seq_len=2048, activation_checkpointing=cfg["activation_checkpointing"],
-                              grad_accum=cfg["grad_accum"], gpu=gpu)
+                              grad_accum=cfg["grad_accum"], gpu=gpu,
+                              reduce_scatter_every_micro_step=cfg["reduce_scatter_every_micro_step"])
         assert mem["total"] <= usable, (size, n, cfg["micro_batch"])
         assert cfg["memory"]["total"] == pytest.approx(mem["total"], abs=1e-3)
-        # the next larger micro-batch (same checkpointing) would not fit
+        # the next larger micro-batch (same checkpointing) would not fit, or would overfill the
+        # per-GPU share of the dataset-sized global batch
+        per_gpu = cfg["global_batch"] // n
         bigger = estimate_memory(size, n, sharding=cfg["sharding"], micro_batch=cfg["micro_batch"] * 2,
                                  seq_len=2048, activation_checkpointing=cfg["activation_checkpointing"],
-                                 gpu=gpu)
-        assert bigger["total"] > usable or cfg["micro_batch"] == 64
+                                 grad_accum=cfg["grad_accum"], gpu=gpu,
+                                 reduce_scatter_every_micro_step=cfg["reduce_scatter_every_micro_step"])
+        assert bigger["total"] > usable or cfg["micro_batch"] == 64 or per_gpu % (2 * cfg["micro_batch"])
     assert ok >= 6
 
 

@@ -100,6 +100,10 @@ def format_validation(v: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _gib(value: float | None) -> str:
+    return f"{value:.2f}" if isinstance(value, (int, float)) else "-"
+
+
 def _workload_layouts() -> tuple[str, ...]:
     from tuner.knobs import KNOBS
     return tuple(KNOBS["sharding"].choices) if "sharding" in KNOBS else WORKLOAD_SHARDINGS
@@ -118,15 +122,15 @@ def proxy_spec(plan: dict[str, Any], *, name: str, micro_batches=(2, 4, 8)) -> t
         if k in knobs and k not in KNOBS:
             notes.append(f"the workload has no {k} knob yet; measured without it")
             knobs.pop(k)
-    space = {"micro_batch": list(micro_batches), **{k: [v] for k, v in knobs.items()}}
+    space = {"micro_batch": list(micro_batches), "padding": ["packed"], "grad_accum": [1], "num_workers": [0],
+             **{k: [v] for k, v in knobs.items()}}
     raw = {"study": {"name": name, "sampler": "grid", "seed": 0, "ablation_share": 0.0},
            "budget": {"limit": "0.5gpuh"},
            "model": {"preset": "tiny", "seq_len": 256, "dtype": "auto"},
            "data": {"source": "synthetic", "tokenizer": "train", "vocab_size": 8000, "num_examples": 2000},
            "cluster": {"launcher": "local", "nodes": 1, "gpus_per_node": 2, "backend": "gloo", "gpu": "cpu"},
            "trial": {"warmup_steps": 2, "measure_steps": 6, "timeout_s": 300, "estimate_gpu_seconds": 60},
-           "space": space, "baseline": {"micro_batch": micro_batches[0], "padding": "packed", "grad_accum": 1,
-                                         "num_workers": 0, **knobs}}
+           "space": space}
     return raw, notes
 
 
@@ -159,7 +163,7 @@ def validate_plan(plan: dict[str, Any], plan_args: dict[str, Any], *, out_dir: P
     refit = helper.fit_calibration(measurements, base=base)
     rows = []
     peaks = {t.number: t.user_attrs.get("peak_mem_gib") for t in study.trials}
-    for t, m in zip([t for t in study.trials if t.user_attrs.get("status") == "ok"], measurements):
+    for m in measurements:
         step_plan, _ = helper.measurement_plan(m)
         before = step_time_breakdown(step_plan, resolve_constants(base, m["gpu"])[0])["tokens_per_sec_per_gpu"]
         after = step_time_breakdown(step_plan, resolve_constants(refit, m["gpu"])[0])["tokens_per_sec_per_gpu"]
@@ -168,7 +172,12 @@ def validate_plan(plan: dict[str, Any], plan_args: dict[str, Any], *, out_dir: P
                                f"{m.get('sharding', 'zero3')}",
                      "measured": meas, "predicted": float(before), "error_pct": 100 * (before / meas - 1),
                      "refit": float(after), "refit_error_pct": 100 * (after / meas - 1),
-                     "peak_mem_gib": peaks.get(t.number)})
+                     "peak_mem_gib": peaks.get(m["trial"]),
+                     "predicted_mem_gib": helper.estimate_memory(
+                         step_plan.shape, m["gpu_count"], sharding="zero3", micro_batch=m["micro_batch"],
+                         seq_len=m["seq_len"], grad_accum=m["grad_accum"], gpu=m["gpu"],
+                         activation_checkpointing=m["activation_checkpointing"],
+                         reshard_after_forward=m.get("reshard_after_forward", True))["total"] * 1e9 / 2**30})
     residual = sorted(abs(r["refit_error_pct"]) for r in rows)[len(rows) // 2]
     same_gpu = measurements[0]["gpu"] == plan["inputs"]["gpu"]
     new_plan = plan_training(**{**plan_args, "calibration": refit}) if same_gpu else plan

@@ -201,10 +201,12 @@ def render_runbook(plan: dict[str, Any], *, tuning: dict[str, Any] | None = None
     v = plan.get("validation")
     if v:
         L += [v["note"] + ".", ""]
-        L += _table(["proxy config", "measured tok/s/GPU", "predicted", "error", "after refit", "error", "peak GiB"],
+        L += _table(["proxy config", "measured tok/s/GPU", "predicted", "error", "after refit", "error",
+                     "peak GiB measured", "predicted"],
                     [[r["config"], f"{r['measured']:,.1f}", f"{r['predicted']:,.1f}", f"{r['error_pct']:+.0f}%",
                       f"{r['refit']:,.1f}", f"{r['refit_error_pct']:+.0f}%",
-                      r["peak_mem_gib"] if r["peak_mem_gib"] is not None else "-"] for r in v["rows"]])
+                      f"{r['peak_mem_gib']:.2f}" if isinstance(r["peak_mem_gib"], (int, float)) else "-",
+                      f"{r['predicted_mem_gib']:.2f}"] for r in v["rows"]])
         L += ["", f"Band after validation: +/-{v['band_pct_after']:.0f}% (before: +/-{v['band_pct_before']:.0f}%)."]
     else:
         L += ["Not run. `tuner plan ... --validate` runs the proxy (1.3B on 4 GPUs on a GPU cluster; here the "
