@@ -110,7 +110,11 @@ def _workload_layouts() -> tuple[str, ...]:
 
 
 def proxy_spec(plan: dict[str, Any], *, name: str, micro_batches=(2, 4, 8)) -> tuple[dict[str, Any], list[str]]:
-    """The CPU proxy study (raw spec dict) in the chosen layout, and notes on any fallback."""
+    """The CPU proxy study (raw spec dict) in the chosen layout, and notes on any fallback.
+
+    The grid holds one micro-batch more than is run (``max_trials`` = ``len(micro_batches)``):
+    Optuna's GridSampler calls ``study.stop()`` when its grid is used up, which raises outside
+    ``study.optimize`` (the coordinator's ask/tell loop)."""
     from tuner.knobs import KNOBS
     knobs = dict(plan["chosen"]["workload_knobs"])
     notes = []
@@ -122,7 +126,7 @@ def proxy_spec(plan: dict[str, Any], *, name: str, micro_batches=(2, 4, 8)) -> t
         if k in knobs and k not in KNOBS:
             notes.append(f"the workload has no {k} knob yet; measured without it")
             knobs.pop(k)
-    space = {"micro_batch": list(micro_batches), "padding": ["packed"], "grad_accum": [1], "num_workers": [0],
+    space = {"micro_batch": [*micro_batches, 2 * micro_batches[-1]], "padding": ["packed"], "grad_accum": [1], "num_workers": [0],
              **{k: [v] for k, v in knobs.items()}}
     raw = {"study": {"name": name, "sampler": "grid", "seed": 0, "ablation_share": 0.0},
            "budget": {"limit": "0.5gpuh"},
@@ -153,7 +157,7 @@ def validate_plan(plan: dict[str, Any], plan_args: dict[str, Any], *, out_dir: P
     spec = parse_spec(raw, base_dir=out_dir, origin="plan-proxy")
     url = storage_url or f"sqlite:///{(out_dir / 'proxy.db').resolve()}"
     run_study(spec, RunOptions(storage_url=url, study_name=name, runs_dir=out_dir / "runs",
-                               max_trials=len(raw["space"]["micro_batch"]), ablation=False),
+                               max_trials=len(raw["space"]["micro_batch"]) - 1, ablation=False),
               on_event=lambda e: print(f"proxy trial {e.number}: {e.kind}", flush=True) if e.kind == "end" else None)
     study = load_existing_study(url, name)
     measurements = study_measurements(study)

@@ -1,0 +1,68 @@
+"""tuner.planning: `tuner plan` answers every point; the proxy spec falls back to what the workload runs;
+--validate runs real CPU trials end to end (slow)."""
+
+import pytest
+
+from helper import plan_training
+from tuner.cli import main
+from tuner.knobs import KNOBS
+from tuner.planning import format_plan, proxy_spec
+
+
+@pytest.fixture(scope="module")
+def plan13():
+    return plan_training("13b", 32, gpu="H100-80GB", tokens=100e9, cost_per_gpu_hour=2.5)
+
+
+def test_cli_plan_answers_every_point(capsys):
+    assert main(["plan", "--model-size", "13b", "--gpus", "32", "--gpu", "H100-80GB", "--tokens", "100e9",
+                 "--cost-per-gpu-hour", "2.5"]) == 0
+    out = capsys.readouterr().out
+    for needle in ("DECISION: fsdp", "hsdp", "fsdp+tp8", "pp2+fsdp",            # layouts compared
+                   "Memory per GPU", "spare",                                  # memory, fits, headroom
+                   "micro-batch", "global batch", "optimizer steps",           # batch
+                   "tokens/s/GPU (band", "MFU",                                # throughput with a band
+                   "GPU-hours", "cost",                                        # wall, GPU-h, cost
+                   "slower than fsdp",                                         # why the others lose
+                   "Young/Daly", "worst-case lost work", "detection", "restart", "reload", "keep the last"):
+        assert needle in out, needle
+
+
+def test_cli_plan_bad_input_is_one_line(capsys):
+    assert main(["plan", "--model-size", "70b", "--gpus", "8", "--gpu", "A100-40GB", "--tokens", "1e9"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "does not fit" in err
+    with pytest.raises(SystemExit):
+        main(["plan", "--model-size", "13b", "--gpus", "0", "--tokens", "1e9"])
+
+
+def test_format_plan_shows_failed_limit(plan13):
+    text = format_plan(plan13)
+    assert "<= limit 30 min" in text
+    slow = plan_training("13b", 32, tokens=100e9, storage_write_gbs_per_node=0.05)
+    assert "cannot be met" in format_plan(slow)
+
+
+def test_proxy_spec_uses_the_layouts_knobs_or_says_it_fell_back(plan13):
+    raw, notes = proxy_spec(plan13, name="p")
+    assert raw["space"]["sharding"] == ["full_shard"] and raw["cluster"]["gpu"] == "cpu" and not notes
+    hsdp = {**plan13, "chosen": {**plan13["chosen"], "workload_knobs": {"sharding": "hybrid_shard", "tp_degree": 2}}}
+    raw, notes = proxy_spec(hsdp, name="p")
+    if "hybrid_shard" in KNOBS["sharding"].choices:          # once issue 16's layouts are in the workload
+        assert raw["space"]["sharding"] == ["hybrid_shard"]
+    else:
+        assert raw["space"]["sharding"] == ["full_shard"] and any("hybrid_shard" in n for n in notes)
+    if "tp_degree" not in KNOBS:
+        assert "tp_degree" not in raw["space"] and any("tp_degree" in n for n in notes)
+
+
+@pytest.mark.slow
+def test_validate_runs_the_proxy_end_to_end_on_cpu(tmp_path, capsys):
+    assert main(["plan", "--model-size", "13b", "--gpus", "32", "--tokens", "100e9", "--validate",
+                 "--runbook", str(tmp_path / "rb")]) == 0
+    out = capsys.readouterr().out
+    assert "Proxy validation (CPU processes via the local launcher)" in out
+    assert out.count("measured ") >= 2 and "after recalibration" in out and "band after validation" in out
+    md = (tmp_path / "rb" / "RUNBOOK.md").read_text()
+    assert "## 7. Proxy validation" in md and "Not run." not in md
+    print(out[out.index("Proxy validation"):])
