@@ -95,7 +95,7 @@ def format_validation(v: dict[str, Any]) -> str:
     for r in v["rows"]:
         lines.append(f"  {r['config']}: measured {r['measured']:,.1f} tok/s/GPU, predicted {r['predicted']:,.1f} "
                      f"({r['error_pct']:+.0f}%), after recalibration {r['refit']:,.1f} ({r['refit_error_pct']:+.0f}%); "
-                     f"peak memory {r['peak_mem_gib'] if r['peak_mem_gib'] is not None else '-'} GiB")
+                     f"peak memory {_gib(r['peak_mem_gib'])} GiB measured, {r['predicted_mem_gib']:.2f} predicted")
     lines.append(f"  band after validation: +/-{v['band_pct_after']:.0f}% (was +/-{v['band_pct_before']:.0f}%)")
     return "\n".join(lines)
 

@@ -27,8 +27,8 @@ _LOADER = ("num_workers", "prefetch_factor")
 
 def tuning_settings(storage_url: str | None, study_name: str) -> dict[str, Any]:
     """The best ok trial's launch and loader knobs of a finished tuning study."""
-    from tuner.study import load_existing_study
     from tuner.storage import resolve_storage_url
+    from tuner.study import load_existing_study
     study = load_existing_study(resolve_storage_url(storage_url), study_name)
     ok = [t for t in study.trials if t.user_attrs.get("status") == "ok" and t.value]
     if not ok:

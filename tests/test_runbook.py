@@ -1,0 +1,85 @@
+"""RUNBOOK.md has every section a team needs; runbook.html opens in real headless Chromium with its
+plot drawn and no console errors (a screenshot is taken and checked)."""
+
+import shutil
+import struct
+import subprocess
+import zlib
+
+import pytest
+
+from helper import plan_training
+from tuner.runbook import render_runbook, write_runbook
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--virtual-time-budget=8000", "--window-size=1200,2400"]
+
+
+@pytest.fixture(scope="module")
+def plan13():
+    return plan_training("13b", 32, gpu="H100-80GB", tokens=100e9, cost_per_gpu_hour=2.5)
+
+
+def test_runbook_has_every_section_and_fits_about_six_pages(plan13):
+    md = render_runbook(plan13, today="2026-01-01")
+    for heading in ("## 1. Decision", "## 2. Memory, batch and throughput", "## 3. Launch",
+                    "## 4. Checkpoints and restart", "## 5. Failure playbook", "## 6. What to monitor",
+                    "## 7. Proxy validation"):
+        assert heading in md, heading
+    for needle in ("#SBATCH --nodes=4", "torchrun", "--nproc-per-node=8", "NCCL_ALGO", "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC",
+                   "--num-workers", "never a node-local disk", "node disappears", "NCCL timeout", "out of memory",
+                   "slow node", "loss spike", "tokens/s/GPU", "MFU", "step time", "Not validated on a proxy"):
+        assert needle in md, needle
+    assert 100 <= len(md.splitlines()) <= 260          # about six printed pages
+
+
+def test_runbook_uses_the_tuning_studys_settings(plan13):
+    md = render_runbook(plan13, tuning={"study": "h100-tune", "trial": 7,
+                                        "params": {"nccl_proto": "LL128", "num_workers": 4, "prefetch_factor": 6}})
+    assert "export NCCL_PROTO=LL128" in md and "unset NCCL_ALGO" in md and "--num-workers 4 --prefetch-factor 6" in md
+    assert "tuning study `h100-tune` (trial 7)" in md
+
+
+def test_write_runbook_files_offline(plan13, tmp_path):
+    paths = write_runbook(plan13, tmp_path)
+    names = {p.name for p in paths}
+    assert {"RUNBOOK.md", "runbook.html"} <= names
+    page = (tmp_path / "runbook.html").read_text()
+    assert '<script src="http' not in page and "Plotly" in page and "<table>" in page
+    if CHROMIUM:
+        assert "runbook.pdf" in names and (tmp_path / "runbook.pdf").read_bytes()[:4] == b"%PDF"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (Debian package chromium)")
+def test_runbook_renders_in_headless_chromium(plan13, tmp_path):
+    write_runbook(plan13, tmp_path)
+    page = tmp_path / "runbook.html"
+    profile = tmp_path / "profile"
+    dom = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
+                          "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert dom.stdout.count('class="main-svg"') >= 1                # the plot is drawn by plotly.js
+    assert "1. Decision" in dom.stdout and "Failure playbook" in dom.stdout
+    js_errors = [ln for ln in dom.stderr.splitlines() if "Uncaught" in ln or ("CONSOLE" in ln and "ERROR" in ln.upper())]
+    assert not js_errors, js_errors
+    shot = tmp_path / "runbook.png"
+    subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", f"--screenshot={shot}", page.as_uri()],
+                   capture_output=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 10_000
+    # look at it: a 1200 px wide page that is not blank (a white page's pixel stream holds a few byte values)
+    png = shot.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">I", png[16:20])[0] == 1200
+    pixels = zlib.decompress(b"".join(_chunks(png, b"IDAT")))
+    assert len(set(pixels[: len(pixels) // 3])) > 100            # text, tables and bars in the top third
+
+
+def _chunks(png: bytes, kind: bytes):
+    pos = 8
+    while pos < len(png):
+        size, name = struct.unpack(">I4s", png[pos:pos + 8])
+        if name == kind:
+            yield png[pos + 8:pos + 8 + size]
+        pos += 12 + size
