@@ -66,3 +66,16 @@ def test_validate_runs_the_proxy_end_to_end_on_cpu(tmp_path, capsys):
     md = (tmp_path / "rb" / "RUNBOOK.md").read_text()
     assert "## 7. Proxy validation" in md and "Not run." not in md
     print(out[out.index("Proxy validation"):])
+
+
+@pytest.mark.slow
+def test_plan_imports_no_torch_optuna_plotly_or_scipy_optimize():
+    import subprocess
+    import sys
+    code = ("import sys, io, contextlib; from tuner.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    main(['plan', '--model-size', '13b', '--gpus', '32', '--tokens', '100e9'])\n"
+            "print(sorted(m for m in ('torch', 'optuna', 'plotly', 'scipy.optimize') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"

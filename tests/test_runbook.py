@@ -83,3 +83,19 @@ def _chunks(png: bytes, kind: bytes):
         if name == kind:
             yield png[pos + 8:pos + 8 + size]
         pos += 12 + size
+
+
+def test_tuning_settings_take_the_best_ok_trial(tmp_path):
+    import optuna
+
+    from tuner.runbook import tuning_settings
+    url = f"sqlite:///{tmp_path / 'tune.db'}"
+    study = optuna.create_study(direction="maximize", study_name="tune", storage=url)
+    for value, proto, status in ((900.0, "Simple", "ok"), (1200.0, "LL128", "ok"), (5000.0, "LL", "oom")):
+        study.enqueue_trial({"nccl_proto": proto, "num_workers": 4})
+        t = study.ask({"nccl_proto": optuna.distributions.CategoricalDistribution(["Simple", "LL128", "LL"]),
+                       "num_workers": optuna.distributions.IntDistribution(0, 8)})
+        t.set_user_attr("status", status)
+        study.tell(t, value)
+    best = tuning_settings(url, "tune")
+    assert best["params"] == {"nccl_proto": "LL128", "num_workers": 4} and best["tokens_per_sec_per_gpu"] == 1200.0
