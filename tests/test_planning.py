@@ -79,3 +79,13 @@ def test_plan_imports_no_torch_optuna_plotly_or_scipy_optimize():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]"
+
+
+def test_gpu_proxy_spec_is_a_valid_study_on_the_plans_gpu(plan13):
+    from tuner.spec import parse_spec
+    raw, _ = proxy_spec(plan13, name="p", target="gpu", launcher="slurm")
+    spec = parse_spec(raw, origin="plan-proxy")
+    assert spec.cluster.gpu == "H100-80GB" and spec.cluster.gpus_per_node == 4 and spec.cluster.launcher == "slurm"
+    assert spec.model.preset == "llama-1b" and spec.model.seq_len == 2048
+    cpu = parse_spec(proxy_spec(plan13, name="p")[0], origin="plan-proxy")
+    assert cpu.cluster.backend == "gloo" and cpu.model.preset == "tiny"

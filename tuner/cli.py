@@ -148,6 +148,10 @@ def _add_plan_parser(sub) -> None:
     plan.add_argument("--calibration", type=Path, help="calibration JSON from `tuner distill`")
     plan.add_argument("--validate", action="store_true",
                       help="run the plan's proxy for real (here: the tiny model on 2 CPU processes) and refit")
+    plan.add_argument("--proxy", choices=["cpu", "gpu"], default="cpu",
+                      help="--validate's proxy: cpu = the tiny model on 2 CPU processes (default); gpu = a ~1.1B "
+                           "model on 4 of the plan's GPUs")
+    plan.add_argument("--launcher", choices=["local", "slurm"], default="local", help="how --validate launches trials")
     plan.add_argument("--runbook", type=Path, metavar="DIR", help="write RUNBOOK.md and runbook.html into DIR")
     plan.add_argument("--tuning-study", help="a finished tuning study whose NCCL/loader settings the runbook uses")
     plan.add_argument("--storage", help=_STORAGE_HELP + " (for --tuning-study)")
@@ -340,6 +344,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         failures_per_gpu_hour=args.failure_rate, max_lost_work_minutes=args.max_lost_minutes,
         cost_per_gpu_hour=args.cost_per_gpu_hour,
         calibration=str(args.calibration) if args.calibration else None, validate=args.validate,
+        proxy=args.proxy, launcher=args.launcher,
         runbook_dir=args.runbook, tuning_study=args.tuning_study,
         storage_url=_storage(args) if args.tuning_study else None)
     print(text)

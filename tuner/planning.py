@@ -109,8 +109,13 @@ def _workload_layouts() -> tuple[str, ...]:
     return tuple(KNOBS["sharding"].choices) if "sharding" in KNOBS else WORKLOAD_SHARDINGS
 
 
-def proxy_spec(plan: dict[str, Any], *, name: str, micro_batches=(2, 4, 8)) -> tuple[dict[str, Any], list[str]]:
-    """The CPU proxy study (raw spec dict) in the chosen layout, and notes on any fallback.
+def proxy_spec(plan: dict[str, Any], *, name: str, micro_batches=(2, 4, 8), target: str = "cpu",
+               launcher: str = "local") -> tuple[dict[str, Any], list[str]]:
+    """The proxy study (raw spec dict) in the chosen layout, and notes on any fallback.
+
+    ``target="cpu"``: the tiny preset on 2 CPU processes (gloo). ``target="gpu"``: the ~1.1B
+    ``llama-1b`` preset (the nearest preset to a 1.3B proxy) on 4 of the plan's GPUs (NCCL),
+    at the plan's sequence length, through ``launcher`` (``local`` or ``slurm``).
 
     The grid holds one micro-batch more than is run (``max_trials`` = ``len(micro_batches)``):
     Optuna's GridSampler calls ``study.stop()`` when its grid is used up, which raises outside
@@ -132,14 +137,21 @@ def proxy_spec(plan: dict[str, Any], *, name: str, micro_batches=(2, 4, 8)) -> t
            "budget": {"limit": "0.5gpuh"},
            "model": {"preset": "tiny", "seq_len": 256, "dtype": "auto"},
            "data": {"source": "synthetic", "tokenizer": "train", "vocab_size": 8000, "num_examples": 2000},
-           "cluster": {"launcher": "local", "nodes": 1, "gpus_per_node": 2, "backend": "gloo", "gpu": "cpu"},
+           "cluster": {"launcher": launcher, "nodes": 1, "gpus_per_node": 2, "backend": "gloo", "gpu": "cpu"},
            "trial": {"warmup_steps": 2, "measure_steps": 6, "timeout_s": 300, "estimate_gpu_seconds": 60},
            "space": space}
+    if target == "gpu":
+        raw["model"] = {"preset": "llama-1b", "seq_len": plan["inputs"]["seq_len"], "dtype": "auto"}
+        raw["cluster"] = {"launcher": launcher, "nodes": 1, "gpus_per_node": 4, "backend": "nccl",
+                          "gpu": plan["inputs"]["gpu"]}
+        space["num_workers"] = [4]
+    elif target != "cpu":
+        raise TunerError(f"--proxy: {target!r} is not cpu or gpu")
     return raw, notes
 
 
 def validate_plan(plan: dict[str, Any], plan_args: dict[str, Any], *, out_dir: Path,
-                  storage_url: str | None = None, launcher: str | None = None) -> dict[str, Any]:
+                  storage_url: str | None = None, target: str = "cpu", launcher: str = "local") -> dict[str, Any]:
     """Run the proxy for real, compare measured with predicted, refit, and re-plan with the refit."""
     import helper
     from helper.calibration import resolve_constants
@@ -151,9 +163,7 @@ def validate_plan(plan: dict[str, Any], plan_args: dict[str, Any], *, out_dir: P
 
     out_dir.mkdir(parents=True, exist_ok=True)
     name = "plan-proxy"
-    raw, notes = proxy_spec(plan, name=name)
-    if launcher:
-        raw["cluster"]["launcher"] = launcher
+    raw, notes = proxy_spec(plan, name=name, target=target, launcher=launcher)
     spec = parse_spec(raw, base_dir=out_dir, origin="plan-proxy")
     url = storage_url or f"sqlite:///{(out_dir / 'proxy.db').resolve()}"
     run_study(spec, RunOptions(storage_url=url, study_name=name, runs_dir=out_dir / "runs",
@@ -192,7 +202,8 @@ def validate_plan(plan: dict[str, Any], plan_args: dict[str, Any], *, out_dir: P
             f"the proxy ran on {measurements[0]['gpu']}, not {plan['inputs']['gpu']}: it checks the model's "
             "structure (FLOPs, collectives, memory), not the GPU's constants, so the plan's numbers stay and "
             "the band widens by the proxy's remaining error")
-    validation = {"where": "CPU processes via the local launcher" if not same_gpu else "the plan's GPUs",
+    validation = {"where": (f"CPU processes via the {launcher} launcher" if not same_gpu
+                            else f"4 x {plan['inputs']['gpu']} via the {launcher} launcher"),
                   "note": note + ("; " + "; ".join(notes) if notes else ""), "fallbacks": notes, "rows": rows,
                   "band_pct_before": before_band, "band_pct_after": after_band, "storage": url}
     if not same_gpu:  # widen every band by the same rule
@@ -207,7 +218,8 @@ def validate_plan(plan: dict[str, Any], plan_args: dict[str, Any], *, out_dir: P
 
 
 def run_plan(*, validate: bool = False, runbook_dir: str | Path | None = None, study_dir: str | Path | None = None,
-             storage_url: str | None = None, tuning_study: str | None = None, **plan_args: Any) -> tuple[str, list[Path]]:
+             storage_url: str | None = None, tuning_study: str | None = None, proxy: str = "cpu",
+             launcher: str = "local", **plan_args: Any) -> tuple[str, list[Path]]:
     """``tuner plan``: the plan (validated when asked), as text, and the runbook files written."""
     try:
         plan = plan_training(**plan_args)
@@ -215,7 +227,7 @@ def run_plan(*, validate: bool = False, runbook_dir: str | Path | None = None, s
         raise TunerError(str(exc)) from None
     if validate:
         out = Path(study_dir or (Path(runbook_dir) / "proxy" if runbook_dir else "plan-proxy"))
-        plan = validate_plan(plan, plan_args, out_dir=out, storage_url=None)
+        plan = validate_plan(plan, plan_args, out_dir=out, target=proxy, launcher=launcher)
     paths: list[Path] = []
     if runbook_dir:
         from tuner.runbook import write_runbook
