@@ -9,6 +9,7 @@ writes RUNBOOK.md and runbook.html (``tuner.runbook``, which alone imports plotl
 
 from __future__ import annotations
 
+import datetime as _dt
 import math
 from pathlib import Path
 from typing import Any
@@ -162,7 +163,7 @@ def validate_plan(plan: dict[str, Any], plan_args: dict[str, Any], *, out_dir: P
     from tuner.study import load_existing_study
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    name = "plan-proxy"
+    name = f"plan-proxy-{_dt.datetime.now(_dt.UTC):%Y%m%d-%H%M%S}"  # a fresh grid every run
     raw, notes = proxy_spec(plan, name=name, target=target, launcher=launcher)
     spec = parse_spec(raw, base_dir=out_dir, origin="plan-proxy")
     url = storage_url or f"sqlite:///{(out_dir / 'proxy.db').resolve()}"
@@ -226,7 +227,7 @@ def run_plan(*, validate: bool = False, runbook_dir: str | Path | None = None, s
     except ValueError as exc:
         raise TunerError(str(exc)) from None
     if validate:
-        out = Path(study_dir or (Path(runbook_dir) / "proxy" if runbook_dir else "plan-proxy"))
+        out = Path(study_dir or (Path(runbook_dir) / "proxy" if runbook_dir else Path("runs") / "plan-proxy"))
         plan = validate_plan(plan, plan_args, out_dir=out, target=proxy, launcher=launcher)
     paths: list[Path] = []
     if runbook_dir:
