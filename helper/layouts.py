@@ -100,7 +100,7 @@ def candidate_layouts(gpu_count: int, gpus_per_node: int, n_layers: int) -> list
     out += [Layout(dp_shard=gpu_count // p, pp=p) for p in pps]
     if pps and g > 1 and gpu_count // (pps[0] * g) >= 1:
         out.append(Layout(dp_shard=gpu_count // (pps[0] * g), tp=g, pp=pps[0]))
-    return out
+    return [lay for lay in out if lay.gpu_count == gpu_count]  # e.g. 12 GPUs: no TP8, no pipeline
 
 
 def pipeline_bubble_fraction(pp: int, micro_batches: int) -> float:

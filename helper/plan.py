@@ -90,6 +90,8 @@ def _layout_sentence(layout: Layout, gpn: int) -> str:
     if layout.dp_replicate > 1:
         return (f"model state sharded over the {layout.dp_shard} GPUs of a node and copied on each of "
                 f"{layout.dp_replicate} nodes (HSDP)")
+    if layout.dp_shard == 1:
+        return "the whole model on one GPU"
     return f"model state sharded over all {layout.dp_shard} GPUs (FSDP)"
 
 

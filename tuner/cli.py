@@ -131,14 +131,14 @@ def _add_plan_parser(sub) -> None:
     plan.add_argument("--gpus", required=True, type=_number(int, 1), help="GPU count")
     plan.add_argument("--gpu", default="H100-80GB", help="A100-40GB, A100-80GB, H100-80GB, H200-141GB")
     plan.add_argument("--tokens", required=True, type=_number(float, 0, above=True), help="tokens to train, e.g. 100e9")
-    plan.add_argument("--gpus-per-node", type=_number(int, 1), default=8)
+    plan.add_argument("--gpus-per-node", type=_number(int, 1), default=8, help="GPUs per node, NVLink inside (default 8)")
     plan.add_argument("--interconnect-gbps", type=_number(float, 0, above=True),
                       help="network per GPU between nodes, Gb/s (default: the GPU's reference node, 400 for H100)")
-    plan.add_argument("--seq-len", type=_number(int, 8), default=2048)
+    plan.add_argument("--seq-len", type=_number(int, 8), default=2048, help="tokens per sequence (default 2048)")
     plan.add_argument("--global-batch-tokens", type=_number(float, 0, above=True),
                       help="your global batch target in tokens (default: the compute-optimal batch)")
-    plan.add_argument("--storage-gbps", type=_number(float, 0, above=True), default=2.0,
-                      help="shared-storage write bandwidth per node, GB/s (default 2)")
+    plan.add_argument("--storage-write-gbs", type=_number(float, 0, above=True), default=2.0,
+                      help="shared-storage write bandwidth per node, GB/s (gigabytes; default 2)")
     plan.add_argument("--failure-rate", type=_number(float, 0), default=LLAMA3_FAILURES_PER_GPU_HOUR,
                       help="failures per GPU-hour (default: Llama 3's 419 in 54 days on 16,384 H100s = "
                            f"{LLAMA3_FAILURES_PER_GPU_HOUR:.3g})")
@@ -340,7 +340,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     text, paths = run_plan(
         model_size=args.model_size, gpu_count=args.gpus, gpu=args.gpu, tokens=args.tokens,
         gpus_per_node=args.gpus_per_node, inter_node_gbps=args.interconnect_gbps, seq_len=args.seq_len,
-        global_batch_tokens=args.global_batch_tokens, storage_write_gbs_per_node=args.storage_gbps,
+        global_batch_tokens=args.global_batch_tokens, storage_write_gbs_per_node=args.storage_write_gbs,
         failures_per_gpu_hour=args.failure_rate, max_lost_work_minutes=args.max_lost_minutes,
         cost_per_gpu_hour=args.cost_per_gpu_hour,
         calibration=str(args.calibration) if args.calibration else None, validate=args.validate,
