@@ -214,8 +214,9 @@ def render_runbook(plan: dict[str, Any], *, tuning: dict[str, Any] | None = None
     return "\n".join(L) + "\n"
 
 
-def write_runbook(plan: dict[str, Any], out_dir: str | Path, *, tuning: dict[str, Any] | None = None) -> list[Path]:
-    """RUNBOOK.md, runbook.html, and runbook.pdf where Chromium is installed; the paths written."""
+def write_runbook(plan: dict[str, Any], out_dir: str | Path, *, tuning: dict[str, Any] | None = None,
+                  pdf: bool = True) -> list[Path]:
+    """RUNBOOK.md, runbook.html, and (``pdf``) runbook.pdf where Chromium is installed; the paths written."""
     from tuner.runbook_html import render_runbook_html, write_pdf
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -223,5 +224,5 @@ def write_runbook(plan: dict[str, Any], out_dir: str | Path, *, tuning: dict[str
     paths = [out / "RUNBOOK.md", out / "runbook.html"]
     paths[0].write_text(md)
     paths[1].write_text(render_runbook_html(plan, md))
-    pdf = write_pdf(paths[1], out / "runbook.pdf")
-    return paths + ([pdf] if pdf else [])
+    printed = write_pdf(paths[1], out / "runbook.pdf") if pdf else None
+    return paths + ([printed] if printed else [])
