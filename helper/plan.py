@@ -126,7 +126,8 @@ def _why_loses(row: dict, win: dict, spec) -> str:
                 "(activation checkpointing), a third more arithmetic per token.")
     worst = max(("exposed_comm_s", "tp_comm_s", "overhead_s", "bubble_s"), key=lambda k: t[k] - w.get(k, 0.0))
     what = {"exposed_comm_s": "more time waiting for the network", "tp_comm_s": "more time exchanging partial results",
-            "overhead_s": "more fixed per-micro-batch cost", "bubble_s": "pipeline idle time"}[worst]
+            "overhead_s": "more time on the fixed cost every micro-batch carries (it runs more, smaller ones)",
+            "bubble_s": "pipeline idle time"}[worst]
     return f"{lead}: its steps spend {what} ({t[worst]:.2f} s vs {w.get(worst, 0.0):.2f} s per step)."
 
 
