@@ -191,8 +191,9 @@ def drill_report(events: Sequence[Mapping[str, Any]], *, kill_time: float, every
     the dead rank and stopping the others), restart (new process start -> the first step
     after the restart starts, less the reload: imports, process group, data, model), reload,
     and the steps redone. ``lost_s`` is kill -> the end of the first step past the progress
-    made before the kill; ``bound_s`` = checkpoint interval (``every`` steps at the run's
-    median step time) + detection + restart + reload.
+    made before the kill; ``bound_s`` = checkpoint interval (``every`` steps at the median wall
+    time between step lines, before the kill or while redoing, whichever is slower) +
+    detection + restart + reload.
 
     Example:
         >>> ev = [{"event": "step", "step": s, "unix_time": 10.0 + s, "seconds": 1.0} for s in range(5)]
@@ -208,12 +209,22 @@ def drill_report(events: Sequence[Mapping[str, Any]], *, kill_time: float, every
     after = [e for e in events[resume_at:] if e.get("event") == "step"]
     done_before = before[-1]["step"] + 1 if before else 0  # steps completed before the kill
     first_new = next(e for e in after if e["step"] + 1 > done_before)
-    times = sorted(e["seconds"] for e in before + after)
-    step_s = times[len(times) // 2]
+    # Wall time per step: the median gap between step lines (the step plus what runs between
+    # steps), before the kill and while redoing; the interval is counted at the slower rate
+    # (the restarted processes may run slower at first: cold caches, a loaded machine).
+    def median_gap(steps: Sequence[Mapping[str, Any]], first_s: float) -> float:
+        gaps = sorted([first_s] + [b["unix_time"] - a["unix_time"] for a, b in zip(steps, steps[1:], strict=False)])
+        return gaps[len(gaps) // 2]
+
+    redo = [e for e in after if e["step"] <= first_new["step"]]
+    step_before_s = median_gap(before, before[0]["seconds"] if before else after[0]["seconds"])
+    step_after_s = median_gap(redo, redo[0]["seconds"])
+    step_s = max(step_before_s, step_after_s)
     detection = resume["process_start"] - kill_time
     restart = after[0]["unix_time"] - after[0]["seconds"] - resume["reload_s"] - resume["process_start"]
     report = {"checkpoint_step": resume["step"], "steps_done_before_kill": done_before,
               "steps_redone": done_before - resume["step"], "step_s": step_s,
+              "step_before_kill_s": step_before_s, "step_after_restart_s": step_after_s,
               "interval_s": every * step_s, "detection_s": detection, "restart_s": restart,
               "reload_s": resume["reload_s"], "first_step_after_restart_s": after[0]["unix_time"] - kill_time,
               "lost_s": first_new["unix_time"] - kill_time}
