@@ -2,12 +2,14 @@
 
     nice -n 10 python bench/layouts_proxy.py                 # 4 processes, every layout
     nice -n 10 python bench/layouts_proxy.py --nproc 2 --checkpoints
+    python bench/layouts_proxy.py --nproc 1 --backend nccl --checkpoints   # 1-GPU smoke run
 
 For every layout (FSDP full shard, shard-grad-op, HSDP, each with tp_degree 1 and 2) it
 runs objectives.fsdp_finetune on the tiny Llama with synthetic data and prints one row:
 layout, world, mesh (replicate x shard x tp), tokens/s/GPU, peak MiB (CPU peak RSS, max over
 ranks) and step time. ``--checkpoints`` adds a sync and an async DCP save every 2 steps on
-full_shard and prints blocking time, background time and checkpoint size. The numbers are
+full_shard and prints blocking time, background time and checkpoint size, then the time
+to restore the latest one. The numbers are
 for helper's layout model (issue 17) to be compared against; docs/validation.md keeps a run.
 Sequential runs on a shared machine: compare rows of one run, not across runs.
 """
@@ -27,14 +29,14 @@ REPO = Path(__file__).resolve().parents[1]
 LAYOUTS = [
     ("full_shard", {"sharding": "full_shard", "tp_degree": 1}),
     ("shard_grad_op", {"sharding": "shard_grad_op", "tp_degree": 1}),
-    ("hybrid_shard", {"sharding": "hybrid_shard", "shard_group_size": 2, "tp_degree": 1}),
+    ("hybrid_shard", {"sharding": "hybrid_shard", "shard_group_size": 2, "tp_degree": 1}),  # groups of 2 (1 on 1 GPU)
     ("full_shard+tp2", {"sharding": "full_shard", "tp_degree": 2}),
     ("shard_grad_op+tp2", {"sharding": "shard_grad_op", "tp_degree": 2}),
     ("hybrid_shard+tp2", {"sharding": "hybrid_shard", "shard_group_size": 1, "tp_degree": 2}),
 ]
 
 
-def trial_config(folder: Path, params: dict, *, steps: int, trial: dict | None = None) -> dict:
+def trial_config(folder: Path, params: dict, *, steps: int, trial: dict | None = None, backend: str = "gloo") -> dict:
     return {
         "study": "layouts-proxy", "trial_number": 0, "seed": 0,
         "params": {"micro_batch": 4, "grad_accum": 1, "num_workers": 0, "padding": "packed", **params},
@@ -42,7 +44,7 @@ def trial_config(folder: Path, params: dict, *, steps: int, trial: dict | None =
         "data": {"source": "synthetic", "tokenizer": "train", "vocab_size": 2000, "num_examples": 800,
                  "cache_dir": str(folder / "cache")},
         "trial": {"warmup_steps": 2, "measure_steps": steps, **(trial or {})},
-        "cluster": {"backend": "gloo"},
+        "cluster": {"backend": backend},
     }
 
 
@@ -66,13 +68,16 @@ def main() -> int:
     ap.add_argument("--nproc", type=int, default=4, help="CPU processes per run (default 4)")
     ap.add_argument("--steps", type=int, default=8, help="measured steps per run (default 8)")
     ap.add_argument("--checkpoints", action="store_true", help="also time sync and async DCP saves")
+    ap.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="gloo on CPU (default), nccl on GPUs")
     args = ap.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="layouts-proxy-"))
     print(f"{'layout':20s} {'world':>5s} {'mesh r x s x tp':>15s} {'tok/s/GPU':>10s} {'peak MiB':>9s} {'step s':>7s}")
     for name, params in LAYOUTS:
-        if args.nproc % params["tp_degree"] or (params.get("shard_group_size", 1) * params["tp_degree"] > args.nproc):
+        if args.nproc % params["tp_degree"]:
             continue
-        s = run(folder, name, trial_config(folder, params, steps=args.steps), args.nproc)
+        if "shard_group_size" in params:  # at most the data-parallel ranks (a degenerate HSDP on 1 GPU)
+            params = {**params, "shard_group_size": min(params["shard_group_size"], args.nproc // params["tp_degree"])}
+        s = run(folder, name, trial_config(folder, params, steps=args.steps, backend=args.backend), args.nproc)
         if s["event"] != "summary":
             print(f"{name:20s} {args.nproc:5d}   error: {s.get('message', '?')[:80]}")
             continue
@@ -84,13 +89,20 @@ def main() -> int:
         for mode in ("sync", "async"):
             trial = {"checkpoint_every": 2, "checkpoint_mode": mode, "checkpoint_dir": str(folder / f"ckpt-{mode}")}
             s = run(folder, f"ckpt-{mode}", trial_config(folder, {"sharding": "full_shard"}, steps=args.steps,
-                                                         trial=trial), args.nproc)
+                                                         trial=trial, backend=args.backend), args.nproc)
             c = s.get("checkpoint") or {}
             if s["event"] != "summary" or not c.get("saves"):
                 print(f"{mode:22s} error: {s.get('message', '?')[:80]}")
                 continue
             print(f"{mode:22s} {c['saves']:5d} {c['blocking_s_mean']:10.3f} {c['background_s_mean']:12.3f} "
                   f"{c['bytes'] / 2**20:6.1f}", flush=True)
+        # the sync run again: it resumes from its latest checkpoint (dcp.load into the sharded model)
+        trial = {"checkpoint_every": 2, "checkpoint_mode": "sync", "checkpoint_dir": str(folder / "ckpt-sync")}
+        s = run(folder, "ckpt-restore", trial_config(folder, {"sharding": "full_shard"}, steps=args.steps,
+                                                     trial=trial, backend=args.backend), args.nproc)
+        c = s.get("checkpoint") or {}
+        print(f"restore: from step {c.get('resumed_from_step')} in {c.get('reload_s') or float('nan'):.3f} s "
+              "(dcp.load + set_state_dict)")
     print(f"\n(runs kept in {folder})")
     return 0
 
