@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner import knobs as catalogue
+from tuner.errors import TrialConfigError
 from tuner.layout_rules import hsdp_shard_size
 
 __all__ = ["Layout", "plan_layout", "build_mesh", "apply_tensor_parallel", "build_parallel_model",
@@ -134,6 +135,9 @@ def build_parallel_model(config, layout: Layout, mesh, *, vocab_size: int, devic
 
     model = build_model(config.model, vocab_size=vocab_size)
     if layout.tp > 1:
+        heads = (model.config.num_attention_heads, getattr(model.config, "num_key_value_heads", None) or 0)
+        if any(h % layout.tp for h in heads):
+            raise TrialConfigError(f"params.tp_degree {layout.tp} does not divide the model's heads {heads}")
         apply_tensor_parallel(transformer_blocks(model), mesh["tp"])
     if config.knobs.activation_checkpointing:
         layers = model.get_decoder().layers
@@ -150,10 +154,27 @@ def build_parallel_model(config, layout: Layout, mesh, *, vocab_size: int, devic
         fully_shard(block, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=layout.reshard_after_forward)
     fully_shard(model, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=layout.reshard_after_forward)
     materialize(model, device, seed=config.seed)
+    if layout.tp > 1:
+        _same_across_tp(model, mesh["tp"])
     if config.model.get("path"):
         load_pretrained(model, config.model["path"])
     model.train()
     return model, dtype
+
+
+def _same_across_tp(model, tp_mesh) -> None:
+    """Give the parameters TP does not split (embedding, norms, output; sharded over the
+    data-parallel mesh only) the same random values on every rank of a TP group: the TP'd
+    linears assume their input is replicated across the group."""
+    import torch.distributed as dist
+
+    import torch
+
+    group = tp_mesh.get_group()
+    with torch.no_grad():
+        for param in model.parameters():
+            if "tp" not in (param.device_mesh.mesh_dim_names or ()):  # TP-split ones sit on a (dp..., tp) mesh
+                dist.broadcast(param.to_local(), group=group, group_src=0)
 
 
 def gpus_per_node_from_env(default: int) -> int:
