@@ -103,6 +103,7 @@ def spec_fingerprint(spec_dict: dict[str, Any]) -> str:
     spec_dict = json.loads(json.dumps(spec_dict))
     spec_dict.get("data", {}).pop("cache_dir", None)
     spec_dict.get("cluster", {}).pop("shared_dir", None)
+    spec_dict.get("trial", {}).pop("checkpoint_dir", None)
     canonical = json.dumps(spec_dict, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
