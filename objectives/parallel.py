@@ -166,9 +166,8 @@ def _same_across_tp(model, tp_mesh) -> None:
     """Give the parameters TP does not split (embedding, norms, output; sharded over the
     data-parallel mesh only) the same random values on every rank of a TP group: the TP'd
     linears assume their input is replicated across the group."""
-    import torch.distributed as dist
-
     import torch
+    import torch.distributed as dist
 
     group = tp_mesh.get_group()
     with torch.no_grad():
