@@ -28,6 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# Layouts and checkpoints: their own modules (torch imported lazily inside).
+from objectives.checkpoint import Checkpointer
+from objectives.parallel import build_mesh, gpus_per_node_from_env, plan_layout
+
 # The trial config: parsed and validated in objectives.trial_config, re-exported here.
 from objectives.trial_config import Knobs, TrialConfig, load_config, parse_config
 
@@ -171,35 +175,19 @@ def broadcast_from_rank0(text: str | None) -> str:
     return box[0]
 
 
-def build_sharded_model(config: TrialConfig, *, vocab_size: int, device) -> tuple[Any, Any]:
-    """Meta model -> activation checkpointing per block -> fully_shard each block, then the
-    root -> storage and weights. The order of torchtitan's parallelize_llama."""
-    import torch
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+def build_sharded_model(config: TrialConfig, *, vocab_size: int, device, layout=None, mesh=None) -> tuple[Any, Any]:
+    """Meta model -> TP -> activation checkpointing per block -> fully_shard each block, then
+    the root -> storage and weights: torchtitan's order, in objectives.parallel. Without a
+    ``layout`` it is planned from the knobs over the whole world."""
+    import torch.distributed as dist
 
-    from objectives.models import build_model, load_pretrained, materialize, transformer_blocks
+    from objectives.parallel import build_mesh, build_parallel_model, gpus_per_node_from_env, plan_layout
 
-    model = build_model(config.model, vocab_size=vocab_size)
-    if config.knobs.activation_checkpointing:
-        layers = model.get_decoder().layers
-        for i, block in enumerate(transformer_blocks(model)):
-            layers[i] = checkpoint_wrapper(block)  # non-reentrant torch.utils.checkpoint
-    dtype = {"auto": torch.bfloat16 if device.type == "cuda" else torch.float32,
-             "bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[config.model.get("dtype", "auto")]
-    # Compute in `dtype`, reduce gradients in fp32, keep fp32 master weights (torchtitan's default).
-    mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
-    # full_shard frees each block's gathered weights after forward (gathered again for backward);
-    # shard_grad_op keeps them until backward: FSDP2's reshard_after_forward=False.
-    reshard = catalogue.fsdp_reshard_after_forward(config.knobs)
-    for block in transformer_blocks(model):
-        fully_shard(block, mp_policy=mp, reshard_after_forward=reshard)
-    fully_shard(model, mp_policy=mp, reshard_after_forward=reshard)
-    materialize(model, device, seed=config.seed)
-    if config.model.get("path"):
-        load_pretrained(model, config.model["path"])
-    model.train()
-    return model, dtype
+    if layout is None:
+        world = dist.get_world_size()
+        layout = plan_layout(config.knobs, world_size=world, gpus_per_node=gpus_per_node_from_env(world))
+    mesh = mesh if mesh is not None else build_mesh(layout, device.type)
+    return build_parallel_model(config, layout, mesh, vocab_size=vocab_size, device=device)
 
 
 # -------------------------------------------------------------------------- one step
@@ -264,15 +252,24 @@ def run_trial(config: TrialConfig, writer: ResultWriter) -> dict[str, Any]:
     torch.manual_seed(config.seed)
     knobs = config.knobs
 
+    # ---- layout: the device mesh (objectives.parallel); the ranks of a TP group read one batch
+    layout = plan_layout(knobs, world_size=world, gpus_per_node=gpus_per_node_from_env(world))
+    mesh = build_mesh(layout, device.type)
+
     # ---- data: tokenization happens in the DataLoader workers
-    tokenizer, loader = build_data(config, rank=rank, world_size=world, pin_memory=use_cuda,
-                                   broadcast=broadcast_from_rank0)
+    tokenizer, loader = build_data(config, rank=layout.dp_rank(rank), world_size=layout.dp_size,
+                                   pin_memory=use_cuda, broadcast=broadcast_from_rank0)
     batches = iterate_batches(loader)
 
     # ---- model: built on meta, sharded, then materialised; AdamW over the shards
-    model, dtype = build_sharded_model(config, vocab_size=tokenizer.vocab_size, device=device)
+    model, dtype = build_sharded_model(config, vocab_size=tokenizer.vocab_size, device=device, layout=layout, mesh=mesh)
     n_params = count_params(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, fused=use_cuda)
+    ckpt = Checkpointer.for_trial(config)  # None unless [trial] checkpoint_every > 0
+    start = ckpt.resume(model, optimizer) if ckpt else 0
+    if ckpt and ckpt.resumed_from_step is not None:
+        writer.emit({"event": "resume", "step": start, "reload_s": ckpt.reload_s, "unix_time": time.time(),
+                     "process_start": time.time() - process_age_s()})
 
     # ---- steps: warm-up, then measured
     total_tokens = total_padded = 0
@@ -280,7 +277,9 @@ def run_trial(config: TrialConfig, writer: ResultWriter) -> dict[str, Any]:
     startup_s = None
     values: list[float] = []  # tokens/s/GPU per measured step, the same on every rank
     stopped = ""
-    for step in range(config.warmup_steps + config.measure_steps):
+    for step in range(start, config.warmup_steps + config.measure_steps):
+        if ckpt and step > start and ckpt.due(step):
+            ckpt.save(step, model, optimizer)  # outside the timed step: its cost is reported apart
         if step == config.warmup_steps:
             startup_s = process_age_s()
         stats = train_step(model, optimizer, batches, grad_accum=knobs.grad_accum, device=device,
@@ -291,12 +290,12 @@ def run_trial(config: TrialConfig, writer: ResultWriter) -> dict[str, Any]:
         dist.all_reduce(times, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
         if step < config.warmup_steps:
             continue
-        tokens, padded = int(counts[0].item()), int(counts[1].item())
+        tokens, padded = int(counts[0].item()) // layout.tp, int(counts[1].item()) // layout.tp  # TP ranks share rows
         step_s, wait_s = times.tolist()
         total_tokens, total_padded = total_tokens + tokens, total_padded + padded
         total_s, total_wait_s = total_s + step_s, total_wait_s + wait_s
         writer.emit(protocol.step_event(step=step, tokens=tokens, seconds=step_s, padded_tokens=padded,
-                                        data_wait_s=wait_s, loss=float(stats.loss.item())))
+                                        data_wait_s=wait_s, loss=float(stats.loss.item()), unix_time=time.time()))
         values.append(tokens / step_s / world)
         if config.adaptive:
             # every rank holds the same reduced numbers, so every rank decides alike: no extra collective
@@ -306,6 +305,8 @@ def run_trial(config: TrialConfig, writer: ResultWriter) -> dict[str, Any]:
                 break
 
     # ---- summary
+    if ckpt:
+        ckpt.wait()
     mem_gib, mem_kind = peak_memory_gib(device)
     mem = torch.tensor([mem_gib], dtype=torch.float64, device=device)
     dist.all_reduce(mem, op=dist.ReduceOp.MAX)
@@ -326,8 +327,7 @@ def run_trial(config: TrialConfig, writer: ResultWriter) -> dict[str, Any]:
         "startup_seconds": startup_s, "mfu": mfu, "mfu_peak_flops": peak_flops, "device": device_name,
         "dtype": str(dtype).removeprefix("torch."), "n_params": n_params,
         "knobs": dict(knobs), "launch_params": config.launch_params,
-        "layout": {"sharding": knobs.sharding, "reshard_after_forward": catalogue.fsdp_reshard_after_forward(knobs),
-                   "mesh": [world]},
+        "layout": layout.describe(), "checkpoint": ckpt.summary() if ckpt else None,
         "nccl_env": {var: os.environ.get(var) for var in NCCL_ENV_VARS},
         "torch_version": torch.__version__,
     })

@@ -87,6 +87,16 @@ class TrialConfig:
     """torch.distributed backend: `nccl` (GPU) or `gloo` (CPU)."""
     seed: int = 0
     """Seeds model init and data order."""
+    study: str = ""
+    """The study's name (names the trial's checkpoint folder)."""
+    trial_number: int = 0
+    """The trial's number (names its checkpoint folder)."""
+    checkpoint_every: int = 0
+    """[trial] checkpoint_every: save every this many optimizer steps (0: never)."""
+    checkpoint_mode: str = "sync"
+    """[trial] checkpoint_mode: `sync` or `async` (objectives/checkpoint.py)."""
+    checkpoint_dir: str | None = None
+    """[trial] checkpoint_dir: the trial saves under <dir>/<study>/trial-<number>/."""
 
     @property
     def seq_len(self) -> int:
@@ -125,7 +135,14 @@ def parse_config(raw: Mapping[str, Any]) -> TrialConfig:
     for key, low in (("warmup_steps", 0), ("measure_steps", 1)):
         if isinstance(trial.get(key), bool) or not isinstance(trial.get(key), int) or trial[key] < low:
             raise TrialConfigError(f"trial.{key} {trial.get(key)!r}: an integer >= {low}")
+    every, mode, folder = trial.get("checkpoint_every", 0), trial.get("checkpoint_mode", "sync"), trial.get("checkpoint_dir")
+    if isinstance(every, bool) or not isinstance(every, int) or every < 0 or (every and not folder):
+        raise TrialConfigError(f"trial.checkpoint_every {every!r}: an integer >= 0, with a checkpoint_dir when > 0")
+    if mode not in ("sync", "async"):
+        raise TrialConfigError(f"trial.checkpoint_mode {mode!r}: sync or async")
     return TrialConfig(
+        study=str(raw.get("study", "")), trial_number=int(raw.get("trial_number", 0)),
+        checkpoint_every=every, checkpoint_mode=mode, checkpoint_dir=folder,
         knobs=knobs,
         launch_params={k: v for k, v in params.items() if k.startswith(LAUNCH_KNOB_PREFIX)},
         model=model, data=dict(raw.get("data") or {}),

@@ -203,7 +203,9 @@ def test_torchrun_counts_exactly_the_batches_non_padding_tokens(tmp_path):
     assert summary["tokens_counted"] == "non_padding" and summary["nccl_env"] == {"NCCL_ALGO": "Ring", "NCCL_PROTO": None}
     assert 0 <= summary["data_wait_frac"] < 1 and summary["peak_mem_gib"] > 0 and summary["startup_seconds"] > 0
     assert summary["knobs"]["activation_checkpointing"] is True and summary["mfu"] is None   # no known peak on CPU
-    assert summary["layout"] == {"sharding": "shard_grad_op", "reshard_after_forward": False, "mesh": [2]}
+    assert summary["layout"] == {"sharding": "shard_grad_op", "reshard_after_forward": False, "mesh": [1, 2, 1],
+                                 "mesh_dims": ["dp_replicate", "dp_shard", "tp"], "tp_degree": 1, "dp_size": 2,
+                                 "shard_group_size": 2}
     assert summary["tokens_per_sec_per_gpu"] == pytest.approx(
         sum(x["tokens"] for x in steps) / sum(x["seconds"] for x in steps) / 2)
 

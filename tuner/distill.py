@@ -57,6 +57,8 @@ def study_measurements(study: optuna.Study) -> list[dict[str, Any]]:
         # params, then the baseline and the [model] section, then the catalogue's defaults
         fallback = {"activation_checkpointing": bool(model.get("activation_checkpointing", False)), **baseline}
         values = knobs.resolve(t.params, fallback)
+        if values.get("tp_degree", 1) != 1 or values.get("sharding") == "hybrid_shard":
+            continue  # not helper's zero3: HSDP/TP have no model to fit until helper/layouts.py (issue 17)
         m: dict[str, Any] = {
             "study": study.study_name, "trial": t.number, "simulated": simulated,
             "preset": preset, "seq_len": int(model.get("seq_len", 2048)),

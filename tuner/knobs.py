@@ -101,10 +101,18 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          meaning="rows padded to seq_len, to the batch's longest example, or examples packed into full rows"),
     Knob(name="activation_checkpointing", kind="bool", default=False, reconfigure="model",
          meaning="recompute each block's activations in backward: less memory, about a third more compute"),
-    Knob(name="sharding", kind="choice", choices=("full_shard", "shard_grad_op"), default="full_shard",
-         reconfigure="model",
+    Knob(name="sharding", kind="choice", choices=("full_shard", "shard_grad_op", "hybrid_shard"),
+         default="full_shard", reconfigure="model",
          meaning="FSDP2 layout: full_shard frees gathered weights after forward; shard_grad_op keeps them "
-                 "until backward (reshard_after_forward=False)"),
+                 "until backward (reshard_after_forward=False); hybrid_shard (HSDP) shards inside groups of "
+                 "shard_group_size ranks and replicates across groups (objectives/parallel.py)"),
+    Knob(name="shard_group_size", kind="int", minimum=0, default=0, reconfigure="model",
+         active_when=("sharding", "==", "hybrid_shard"),
+         meaning="HSDP: data-parallel ranks one shard group spans; 0 = the GPUs of a node not used by "
+                 "tensor parallelism (gpus_per_node / tp_degree)"),
+    Knob(name="tp_degree", kind="int", minimum=1, default=1, reconfigure="model",
+         meaning="tensor parallelism of each Llama block over this many GPUs of a node "
+                 "(torch.distributed.tensor.parallel); FSDP2 shards over the rest"),
     Knob(name="reshard_after_forward", kind="bool", default=True, reconfigure="model",
          active_when=("sharding", "!=", "shard_grad_op"),
          meaning="FSDP2: free each block's gathered weights after forward and gather them again for backward"),

@@ -18,6 +18,16 @@ from tuner.spec import StudySpec
 __all__ = ["make_sampler"]
 
 
+class AskTellGridSampler(optuna.samplers.GridSampler):
+    """Optuna's grid without the ``study.stop()`` it calls once every point has run: stop()
+    only works inside ``study.optimize()``, and tuner's coordinator drives ask/tell itself
+    (the grid's last tell raised RuntimeError). The study ends on its budget (or
+    ``--max-trials``); past the grid's end Optuna samples its points again."""
+
+    def after_trial(self, study, trial, state, values) -> None:
+        return None
+
+
 def make_sampler(spec: StudySpec) -> optuna.samplers.BaseSampler:
     name, seed = spec.study.sampler, spec.study.seed
     with warnings.catch_warnings():
@@ -33,7 +43,7 @@ def make_sampler(spec: StudySpec) -> optuna.samplers.BaseSampler:
             return optuna.samplers.GPSampler(seed=seed)
         if name == "grid":
             grid = {k.name: list(k.values_for_grid()) for k in spec.space}
-            return optuna.samplers.GridSampler(grid, seed=seed)
+            return AskTellGridSampler(grid, seed=seed)
     raise ValueError(f"unknown sampler {name!r}")
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuner import layout_rules
 from tuner.budget import parse_budget
 from tuner.errors import BudgetError, SpecError
 from tuner.knobs import KNOBS, LAUNCH_KNOBS, activity_rule, is_active, value_problem
@@ -78,7 +79,10 @@ class StudySpec:
         problem = _sim_gpu_problem(self.cluster.gpu) if launcher == "sim" else None
         if problem:
             raise SpecError(f"{self.source_path}: cluster.gpu: {problem} (--launcher sim)")
-        return dataclasses.replace(self, cluster=dataclasses.replace(self.cluster, launcher=launcher))
+        cluster = dataclasses.replace(self.cluster, launcher=launcher)
+        layout_rules.check_spec(self.space, self.baseline, cluster, self.model.preset, self.trial,
+                                lambda key, problem: SpecError(f"{self.source_path}: {key}: {problem} (--launcher {launcher})"))
+        return dataclasses.replace(self, cluster=cluster)
 
 
 def _sim_gpu_problem(gpu: str) -> str | None:
@@ -99,6 +103,7 @@ def spec_fingerprint(spec_dict: dict[str, Any]) -> str:
     spec_dict = json.loads(json.dumps(spec_dict))
     spec_dict.get("data", {}).pop("cache_dir", None)
     spec_dict.get("cluster", {}).pop("shared_dir", None)
+    spec_dict.get("trial", {}).pop("checkpoint_dir", None)
     canonical = json.dumps(spec_dict, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -161,6 +166,9 @@ def parse_spec(raw: dict[str, Any], *, base_dir: Path | None = None, origin: str
 
     space = _parse_space(raw.get("space", {}), fail)
     baseline = _check_baseline(raw.get("baseline", {}), space, fail)
+    if trial.checkpoint_dir:
+        trial = dataclasses.replace(trial, checkpoint_dir=str((base_dir / trial.checkpoint_dir).resolve()))
+    layout_rules.check_spec(space, baseline, cluster, model.preset, trial, fail)  # layouts x cluster, sim
 
     return StudySpec(study=study, model=model, data=data, cluster=cluster, trial=trial,
                      space=space, baseline=baseline, budget_gpu_seconds=budget_s,

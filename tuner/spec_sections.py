@@ -115,6 +115,16 @@ class TrialSection:
     the fewest a batch-means CI uses)."""
     target_rel_ci: float = 0.02
     """Stop measuring once the 95% CI half-width is below this share of the mean."""
+    checkpoint_every: int = 0
+    """Save model and optimizer state with torch.distributed.checkpoint every this many
+    optimizer steps (0: never). A trial resumes from its latest complete checkpoint
+    (objectives/checkpoint.py)."""
+    checkpoint_mode: str = "sync"
+    """`sync` (dcp.save: the step waits for the write) or `async` (dcp.async_save: the step
+    waits only for the copy to host memory)."""
+    checkpoint_dir: str | None = None
+    """Where checkpoints go (relative to the spec file; a folder every node sees): each trial
+    writes <checkpoint_dir>/<study>/trial-<number>/step-<n>."""
     command: tuple[str, ...] = ("-m", "objectives.fsdp_finetune")
     """What torchrun starts on every rank: `-m module` or a script path and its arguments.
     Any command that speaks the trial protocol (INTERFACES.md) works."""
