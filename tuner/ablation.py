@@ -30,10 +30,28 @@ from optuna.trial import TrialState
 from tuner import knobs
 from tuner.spec import StudySpec
 
-__all__ = ["plan_ablation", "plan_ablation_once", "plan_runs", "N_CANDIDATES"]
+__all__ = ["plan_ablation", "plan_ablation_once", "plan_runs", "shortlist", "N_CANDIDATES"]
 
 N_CANDIDATES = 2
 """Configs after the best that are re-measured too (the best may not stay best)."""
+
+
+def shortlist(trials: Sequence[Any], knobs: Sequence[str]) -> list[dict[str, Any]]:
+    """Distinct configs of ok search trials (TrialRecords), fastest first, leaving out those
+    the study's failure model calls flaky (tuner.failures): the best to ablate and the
+    candidates to re-measure."""
+    from tuner.failures import config_failure, config_key, failure_model, level_failures
+
+    levels = level_failures(trials, knobs)
+    model = failure_model(trials, knobs)
+    out, seen = [], set()
+    for t in sorted((t for t in trials if t.status == "ok" and t.role != "ablation" and t.value),
+                    key=lambda t: -t.value):
+        key = config_key(t.params)
+        if key not in seen and not config_failure(t.params, trials, levels, model)["flaky"]:
+            out.append(t.params)
+        seen.add(key)
+    return out
 
 
 def plan_runs(reverts: list[tuple[str | None, dict[str, Any]]], baseline: dict[str, Any],
@@ -101,18 +119,14 @@ def plan_ablation_once(study: optuna.Study, spec: StudySpec, trials: Sequence[op
           and t.user_attrs.get("role") != "ablation"]
     if base is None or not ok:
         return False
-    ranked = sorted(ok, key=lambda t: -t.value)
-    best = ranked[0]
-    search = [r for r in study_record(study).trials if r.role != "ablation"]
-    order = [d["knob"] for d in knob_importance(search, spec.knob_names, n_boot=0)["knobs"]
-             if d["total"] is not None]
-    seen = {config_key(best.params), config_key(base.params)}
-    candidates = []
-    for t in ranked[1:]:
-        if len(candidates) < N_CANDIDATES and config_key(t.params) not in seen:
-            seen.add(config_key(t.params))
-            candidates.append(t.params)
-    reverts = plan_ablation(spec, best.params, base.params, order)
+    records = study_record(study).trials
+    reliable = shortlist(records, spec.knob_names) or [max(ok, key=lambda t: t.value).params]
+    best_params = reliable[0]
+    best = next(t for t in ok if config_key(t.params) == config_key(best_params))
+    order = [d["knob"] for d in knob_importance([r for r in records if r.role != "ablation"], spec.knob_names,
+                                                n_boot=0)["knobs"] if d["total"] is not None]
+    candidates = [p for p in reliable[1:] if config_key(p) != config_key(base.params)][:N_CANDIDATES]
+    reverts = plan_ablation(spec, best_params, base.params, order)
     for params, extra in plan_runs(reverts, base.params, candidates):
         study.enqueue_trial(params, user_attrs={"role": "ablation", "ablation_of": best.number, **extra},
                             skip_if_exists=False)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tuner.configs import config_estimate, holm, ratio_estimate, run_to_run_variance
-from tuner.failures import config_failure, config_key, is_attempt, is_failure
+from tuner.failures import config_failure, config_key, failure_model, is_attempt, is_failure
 from tuner.record import TrialRecord
 
 __all__ = ["RunCIs", "run_groups", "recommend", "ablation_effects", "what_matters"]
@@ -55,6 +55,7 @@ def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df
             (d["remeasure"] if _is_remeasure(t) else d["search"]).append(t)
             if not _is_remeasure(t) and d["first_trial"] is None:
                 d["first_trial"] = t.number
+    fail_model = failure_model(trials, list(levels))
     est = lambda runs: config_estimate([cis[t.number] for t in runs], tau2=tau2, tau_df=tau_df)  # noqa: E731
     rows = []
     for key, d in by_config.items():
@@ -65,14 +66,18 @@ def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df
         rows.append({"key": key, "params": d["params"], "remeasured": remeasured,
                      "search": est(d["search"] or d["remeasure"]), "first_trial": d["first_trial"],
                      "remeasure_trials": [t.number for t in d["remeasure"]],
-                     "failure": config_failure(d["params"], trials, levels)})
-    any_remeasured = [r for r in rows if r["remeasured"]]
-    pool = any_remeasured or rows
-    ranked = sorted(pool, key=lambda r: -(r["remeasured"] or r["search"])["mean"])
-    reliable = [r for r in ranked if not r["failure"]["flaky"]]
-    if not reliable:  # every re-measured config is flaky: fall back to the search's reliable ones
-        reliable = sorted((r for r in rows if not r["failure"]["flaky"]), key=lambda r: -r["search"]["mean"])
-    chosen = reliable[0] if reliable else ranked[0]
+                     "failure": config_failure(d["params"], trials, levels, fail_model)})
+    score = lambda r: (r["remeasured"] or r["search"])["mean"]  # noqa: E731
+    base_key = config_key(baseline.params) if baseline is not None else None
+    reliable = [r for r in rows if not r["failure"]["flaky"]]
+    remeasured = sorted((r for r in reliable if r["remeasured"]), key=score, reverse=True)
+    # the winner's curse: re-measured configs compete on their re-measurements; a config never
+    # re-measured is taken only when no reliable config other than the baseline was
+    if any(r["key"] != base_key for r in remeasured):
+        chosen = remeasured[0]
+    else:
+        chosen = max(reliable or rows, key=lambda r: r["search"]["mean"])
+    any_remeasured = chosen["remeasured"] is not None
     base_est = None
     if baseline is not None:
         base_runs = [t for t in trials if t.number in cis and config_key(t.params) == config_key(baseline.params)
@@ -81,8 +86,7 @@ def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df
     measured = chosen["remeasured"] or chosen["search"]
     same_as_base = baseline is not None and chosen["key"] == config_key(baseline.params)
     speedup = None if same_as_base else ratio_estimate(measured, base_est)
-    flaky_faster = next((r for r in sorted(rows, key=lambda r: -(r["remeasured"] or r["search"])["mean"])
-                         if r["failure"]["flaky"]
+    flaky_faster = next((r for r in sorted(rows, key=score, reverse=True) if r["failure"]["flaky"]
                          and (r["remeasured"] or r["search"])["mean"] > measured["mean"]), None)
     trial = chosen["first_trial"] if chosen["first_trial"] is not None else chosen["remeasure_trials"][0]
     return {"trial": trial, "params": chosen["params"], "tokens_per_sec_per_gpu": _public(measured),
