@@ -71,10 +71,19 @@ def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df
     base_key = config_key(baseline.params) if baseline is not None else None
     reliable = [r for r in rows if not r["failure"]["flaky"]]
     remeasured = sorted((r for r in reliable if r["remeasured"]), key=score, reverse=True)
-    # the winner's curse: re-measured configs compete on their re-measurements; a config never
-    # re-measured is taken only when no reliable config other than the baseline was
-    if any(r["key"] != base_key for r in remeasured):
-        chosen = remeasured[0]
+    # the winner's curse: re-measured configs compete on their re-measurements; the config the
+    # ablation was planned around (re-measured first, and most often) stays the choice unless
+    # another re-measured config beats it beyond doubt (its ratio's CI above 1), since picking
+    # the largest of a few re-measurements is itself biased upward
+    planned_t = next((t for t in trials if _is_remeasure(t)), None)
+    planned = next((r for r in remeasured if planned_t is not None and r["key"] == config_key(planned_t.params)), None)
+    others = [r for r in remeasured if r["key"] != base_key]
+    if planned is not None:
+        beats = [r for r in others if r is not planned
+                 and (ratio_estimate(r["remeasured"], planned["remeasured"]) or {"ci95": [0.0]})["ci95"][0] > 1.0]
+        chosen = beats[0] if beats else planned
+    elif others:
+        chosen = others[0]
     else:
         chosen = max(reliable or rows, key=lambda r: r["search"]["mean"])
     any_remeasured = chosen["remeasured"] is not None
