@@ -34,7 +34,7 @@ import numpy as np
 from scipy import stats
 
 from tuner.budget import charged_gpu_seconds
-from tuner.failures import level_failures
+from tuner.failures import FAILURE_STATUSES, level_failures
 from tuner.importance import N_BOOT, knob_importance
 from tuner.measurement import batch_means_ci
 from tuner.recommend import ablation_effects, recommend, run_groups, what_matters
@@ -122,9 +122,9 @@ def marginal_effects(trials: Sequence[TrialRecord], knobs: Sequence[str],
         for level in sorted({_level(t.params.get(k)) for t in finished}):
             at = [t for t in finished if _level(t.params.get(k)) == level]
             values = [t.value for t in at if t.status == "ok"]
-            failures = defaultdict(int)
+            failures = defaultdict(int)   # failures of the config only: pruned/skipped/... are not
             for t in at:
-                if t.status != "ok":
+                if t.status in FAILURE_STATUSES:
                     failures[t.status] += 1
             ci = None
             if len(values) >= 2:
@@ -192,7 +192,9 @@ def analyze_record(record: StudyRecord, *, n_boot: int = N_BOOT, seed: int = 0) 
         "budget": {"limit_gpu_hours": record.limit_gpu_seconds / 3600, "used_gpu_hours": used / 3600,
                    "startup_share": startup_share(finished)},
         "baseline": baseline, "best": best, "importance": importance, "importance_model": importance_model,
-        "top_knobs": [d["knob"] for d in importance if d.get("matters")][:3],
+        # the ranking's first three; whether each beats the placebo is `importance[i].matters`,
+        # and RECIPE's "What matters" lists only those that do (`what_matters`)
+        "top_knobs": [d["knob"] for d in importance if d["total"] is not None][:3],
         "what_matters": what_matters(importance, ablation),
         "failure_rates": levels,
         "marginal_effects": marginal_effects(trials, knobs, levels), "ablation": ablation,
