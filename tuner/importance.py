@@ -228,8 +228,13 @@ def _bootstrapped(calc: _Indices, x: np.ndarray, y: np.ndarray, ok: Sequence[Tri
                 res = stats.bootstrap((np.arange(len(ok)),), statistic, n_resamples=n_boot, vectorized=False,
                                       method="percentile", random_state=np.random.default_rng(seed + 1))
                 lo, hi = res.confidence_interval.low, res.confidence_interval.high
+        # BCa is undefined for a component whose resamples are nearly all equal (a knob the
+        # surrogate ignores): the percentile interval of the same resamples there
+        dist = np.asarray(res.bootstrap_distribution)
         bad = ~np.isfinite(lo) | ~np.isfinite(hi)
-        lo, hi = np.where(bad, point, lo), np.where(bad, point, hi)
+        if bad.any():
+            lo = np.where(bad, np.nanpercentile(dist, 2.5, axis=-1), lo)
+            hi = np.where(bad, np.nanpercentile(dist, 97.5, axis=-1), hi)
         # a CI always holds its own point estimate (BCa can exclude it when the estimate sits
         # at a bound, e.g. 0)
         lo, hi = np.minimum(lo, point), np.maximum(hi, point)

@@ -115,6 +115,12 @@ def render_recipe(analysis: dict[str, Any], *, planned_tokens: float | None = No
     quiet = [d["knob"] for d in analysis.get("importance", [])
              if d["knob"] not in listed and d.get("matters") is False and d.get("ci95")
              and not (d["knob"] in abl and abl[d["knob"]].get("significant"))]
+    unconfirmed = [f"{d['knob']} ({abl[d['knob']]['impact']:+.1%}, 95% CI {abl[d['knob']]['ci95'][0]:+.1%} to "
+                   f"{abl[d['knob']]['ci95'][1]:+.1%})" for d in analysis.get("importance", [])
+                   if d.get("matters") and d["knob"] in abl and d["knob"] not in listed]
+    if unconfirmed:
+        lines += ["", "Above the placebo in the search, but the ablation's re-measurement could not confirm it: "
+                      + "; ".join(unconfirmed) + "."]
     if quiet:
         lines += ["", "Not distinguishable from a random placebo knob here (no evidence they matter; "
                       f"not proof they do not): {', '.join(quiet)}."]
@@ -128,7 +134,7 @@ def render_recipe(analysis: dict[str, Any], *, planned_tokens: float | None = No
     # Levels failing in a quarter or more of their runs (oom/timeout/error), exact binomial CI
     risky = [f"{k}={lv} fails {d['failures']} of {d['runs']} runs (95% CI {d['ci95'][0]:.0%} to {d['ci95'][1]:.0%})"
              for k, by_level in (analysis.get("failure_rates") or {}).items() for lv, d in by_level.items()
-             if d["runs"] >= 4 and d["rate"] >= 0.25]
+             if d["runs"] >= 4 and d["ci95"][0] >= 0.25]   # surely a quarter or more, not by chance
     if risky:
         lines += ["", "Failure-prone: " + "; ".join(risky[:4]) + "."]
     n_fail = analysis.get("n_failed", {})
