@@ -38,11 +38,12 @@ from typing import Any
 from helper.calibration import resolve_constants
 from helper.collectives import PRIOR_FACTORS, CollectiveChoice, _raw_time_s, choose_collective
 from helper.gpus import GpuSpec, get_gpu
-from helper.memory import estimate_memory, normalize_sharding
+from helper.memory import estimate_memory, normalize_checkpointing, normalize_sharding
 from helper.sizes import ModelShape, parse_model_size
 
 __all__ = ["Prediction", "StepPlan", "plan_step", "step_time_breakdown", "predict_step_time",
-           "predict_throughput", "flops_per_token", "estimate_padding_efficiency",
+           "predict_throughput", "flops_per_token", "matmul_and_attention_flops", "compute_seconds",
+           "estimate_padding_efficiency",
            "estimate_startup_seconds", "DEFAULT_MEAN_TOKENS_PER_EXAMPLE"]
 
 DEFAULT_MEAN_TOKENS_PER_EXAMPLE = 256
@@ -50,6 +51,10 @@ DEFAULT_MEAN_TOKENS_PER_EXAMPLE = 256
 data with a Llama tokenizer is a few hundred tokens). An assumption: pass your data's mean."""
 
 _ADAM_BYTES_PER_PARAM = 28.0  # fp32 reads: param, grad, m, v; writes: param, m, v
+# Eager attention materialises the s x s scores: per score element, forward writes the bf16
+# QK^T (2), the masked copy (2 + 2 read), the fp32 softmax (2 read + 4 write) and its bf16
+# cast (4 read + 2 write); backward reads and writes about twice that. A count, ~54 B.
+_EAGER_BYTES_PER_SCORE = 54.0
 
 
 class Prediction(float):
@@ -72,6 +77,29 @@ class Prediction(float):
 
     def __reduce__(self):  # pickles (and deep-copies) as a plain float
         return (float, (float(self),))
+
+
+def matmul_and_attention_flops(shape: ModelShape, seq_len: int, *,
+                               checkpointing: str = "none") -> tuple[float, float]:
+    """Training FLOPs per token executed by (weight matmuls, attention scores), recompute included.
+
+    Matmuls: 6 N_matmul, x 8/6 under full checkpointing (forward again). Attention: the
+    causal half of PaLM's 12 L H T (FlashAttention skips the masked blocks), x 4/3 under full
+    or selective checkpointing (selective recomputes the attention core, Korthikanti Sec. 4.3).
+
+    Example:
+        >>> mm, att = matmul_and_attention_flops(parse_model_size("llama-2-7b"), 4096)
+        >>> round(mm / 1e9, 1), round(att / 1e9, 2)
+        (39.6, 3.22)
+    """
+    a = shape.arch
+    mm = 6.0 * max(shape.n_params - shape.n_embedding_params, 0.0)
+    att = 6.0 * a.n_layers * a.hidden * seq_len
+    if checkpointing == "full":
+        return mm * 8.0 / 6.0, att * 4.0 / 3.0
+    if checkpointing == "selective":
+        return mm, att * 4.0 / 3.0
+    return mm, att
 
 
 def flops_per_token(shape: ModelShape, seq_len: int, *, activation_checkpointing: bool = False) -> float:
@@ -136,7 +164,15 @@ class StepPlan:
     sharding: str
     """ddp, zero1, zero2, zero3."""
     activation_checkpointing: bool
-    """Full per-block recomputation."""
+    """Any recomputation (``checkpointing`` says which)."""
+    checkpointing: str = "none"
+    """``none``, ``selective`` or ``full``."""
+    attention: str = "sdpa"
+    """``sdpa`` (flash / memory-efficient kernels) or ``eager`` (materialised scores)."""
+    matmul_flops_per_micro_step: float = 0.0
+    """FLOPs of the weight matmuls of one micro-batch on one GPU (recompute included)."""
+    attention_flops_per_micro_step: float = 0.0
+    """FLOPs of the attention scores of one micro-batch (causal half; recompute included)."""
     padding_efficiency: float
     """Non-padding share of the computed tokens."""
     examples_per_sequence: float
@@ -155,12 +191,12 @@ class StepPlan:
 
 def plan_step(model_size: float | int | str | ModelShape, gpu_count: int, *,
               gpu: str | GpuSpec = "H100-80GB", seq_len: int = 2048, micro_batch: int = 1,
-              activation_checkpointing: bool = False, grad_accum: int = 1, gpus_per_node: int = 8,
+              activation_checkpointing: bool | str = False, grad_accum: int = 1, gpus_per_node: int = 8,
               nccl_algo: str | None = "default", nccl_proto: str | None = "default",
               num_workers: int = 2, prefetch_factor: int | None = 2, sharding: str = "zero3",
               padding_efficiency: float = 1.0, examples_per_sequence: float = 1.0,
               reshard_after_forward: bool = True, reduce_scatter_every_micro_step: bool = False,
-              reduce_dtype_bytes: int = 4) -> StepPlan:
+              reduce_dtype_bytes: int = 4, attention: str = "sdpa") -> StepPlan:
     """The calibration-free part of a prediction (see :func:`predict_throughput` for args).
 
     Raises:
@@ -171,6 +207,9 @@ def plan_step(model_size: float | int | str | ModelShape, gpu_count: int, *,
     shape = parse_model_size(model_size)
     spec = get_gpu(gpu)
     stage = normalize_sharding(sharding)
+    mode = normalize_checkpointing(activation_checkpointing)
+    if attention not in ("sdpa", "eager"):
+        raise ValueError(f"attention must be sdpa or eager, got {attention!r}")
     for name, v in (("gpu_count", gpu_count), ("seq_len", seq_len), ("micro_batch", micro_batch),
                     ("grad_accum", grad_accum), ("gpus_per_node", gpus_per_node)):
         if int(v) != v or v < 1:
@@ -210,24 +249,59 @@ def plan_step(model_size: float | int | str | ModelShape, gpu_count: int, *,
         planned.append((coll, float(nbytes), float(count), choice))
 
     local_params = shape.n_params if stage == "ddp" else shape.n_params / n
+    mm, att = matmul_and_attention_flops(shape, seq_len, checkpointing=mode)
+    if attention == "eager":
+        att *= 2.0  # the full s x s product: no causal skipping
     return StepPlan(
         shape=shape, gpu=spec, gpu_count=n, nodes=nodes, gpus_per_node=g, seq_len=seq_len,
         micro_batch=micro_batch, grad_accum=grad_accum, sharding=stage,
-        activation_checkpointing=bool(activation_checkpointing),
+        activation_checkpointing=mode != "none", checkpointing=mode, attention=attention,
+        matmul_flops_per_micro_step=micro_batch * seq_len * mm,
+        attention_flops_per_micro_step=micro_batch * seq_len * att,
         padding_efficiency=float(padding_efficiency),
         examples_per_sequence=float(examples_per_sequence), num_workers=int(num_workers),
         prefetch_factor=prefetch_factor,
-        flops_per_micro_step=micro_batch * seq_len * flops_per_token(
-            shape, seq_len, activation_checkpointing=activation_checkpointing),
+        flops_per_micro_step=micro_batch * seq_len * (mm + att),
         optimizer_bytes=local_params * _ADAM_BYTES_PER_PARAM,
         collectives=tuple(planned))
+
+
+def compute_seconds(plan: StepPlan, constants: dict[str, float]) -> tuple[float, float]:
+    """(matmul, attention) seconds of one optimizer step on one GPU.
+
+    Matmuls run at ``compute_efficiency x h / (h + gemm_hidden_half)`` of the peak: narrow
+    models' GEMMs (and the pointwise kernels between them, which scale alike) use the tensor
+    cores less well (MPT 125M reaches 45 % MFU where 3B reaches 62 % on the same A100s:
+    helper/published.py). Flash attention runs at ``attention_efficiency x s / (s +
+    attention_seq_half)`` (short sequences leave the kernel's tiles under-filled; FlashAttention-2
+    reaches 50-73 % of A100 peak at long sequences, Dao 2023). Eager attention runs its two
+    batched matmuls at the matmul efficiency and streams the s x s scores through HBM.
+    """
+    c = constants
+    spec, a = plan.gpu, plan.shape.arch
+    h = float(a.hidden)
+    tokens = float(plan.micro_batch * plan.seq_len)
+    e_mm = (c["compute_efficiency"] * h / (h + c.get("gemm_hidden_half", 0.0))
+            * tokens / (tokens + c.get("gemm_tokens_half", 0.0)))
+    matmul_s = plan.grad_accum * plan.matmul_flops_per_micro_step / (spec.peak_flops * e_mm)
+    if plan.attention == "eager":
+        scores = plan.micro_batch * plan.seq_len * a.n_layers * a.n_heads * plan.seq_len
+        recompute = 4.0 / 3.0 if plan.checkpointing != "none" else 1.0
+        attention_s = plan.grad_accum * (plan.attention_flops_per_micro_step / (spec.peak_flops * e_mm)
+                                         + recompute * scores * _EAGER_BYTES_PER_SCORE / (spec.hbm_gbs * 1e9))
+    else:
+        s = float(plan.seq_len)
+        e_att = c.get("attention_efficiency", c["compute_efficiency"]) * s / (s + c.get("attention_seq_half", 0.0))
+        attention_s = plan.grad_accum * plan.attention_flops_per_micro_step / (spec.peak_flops * e_att)
+    return matmul_s, attention_s
 
 
 def step_time_breakdown(plan: StepPlan, constants: dict[str, float]) -> dict[str, float]:
     """Seconds per optimizer step by part, and the resulting tokens/s/GPU (pure arithmetic)."""
     c = constants
     spec = plan.gpu
-    compute_s = plan.grad_accum * plan.flops_per_micro_step / (spec.peak_flops * c["compute_efficiency"])
+    matmul_s, attention_s = compute_seconds(plan, c)
+    compute_s = matmul_s + attention_s
     comm_s = 0.0
     if plan.collectives:
         cc = {**PRIOR_FACTORS, **c}
@@ -237,7 +311,8 @@ def step_time_breakdown(plan: StepPlan, constants: dict[str, float]) -> dict[str
     overlap = c["comm_overlap_fraction"]
     exposed_s = max(0.0, comm_s - compute_s) + (1.0 - overlap) * min(comm_s, compute_s)
     optimizer_s = plan.optimizer_bytes / (spec.hbm_gbs * 1e9)
-    overhead_s = plan.grad_accum * c["micro_step_overhead_s"]
+    overhead_s = plan.grad_accum * (c["micro_step_overhead_s"]
+                                    + plan.shape.arch.n_layers * c.get("layer_overhead_s", 0.0))
     busy_s = compute_s + exposed_s + optimizer_s + overhead_s
     examples = plan.micro_batch * plan.grad_accum * plan.examples_per_sequence
     data_cpu_s = examples * c["data_cost_s_per_example"]
@@ -248,7 +323,8 @@ def step_time_breakdown(plan: StepPlan, constants: dict[str, float]) -> dict[str
         stall_s = max(0.0, data_cpu_s / max(workers, 1) - busy_s)
     step_s = busy_s + stall_s
     tokens = plan.micro_batch * plan.seq_len * plan.padding_efficiency * plan.grad_accum
-    return {"compute_s": compute_s, "comm_s": comm_s, "exposed_comm_s": exposed_s,
+    return {"compute_s": compute_s, "matmul_s": matmul_s, "attention_s": attention_s, "comm_s": comm_s,
+            "exposed_comm_s": exposed_s,
             "optimizer_s": optimizer_s, "overhead_s": overhead_s, "data_stall_s": stall_s,
             "data_cpu_s": data_cpu_s, "step_time_s": step_s,
             "tokens_per_step_per_gpu": tokens, "tokens_per_sec_per_gpu": tokens / step_s,
@@ -272,7 +348,8 @@ def predict_step_time(model_size: float | int | str | ModelShape, gpu_count: int
     constants, source = resolve_constants(calibration, plan.gpu.name)
     out: dict[str, Any] = step_time_breakdown(plan, constants)
     mem = estimate_memory(plan.shape, gpu_count, sharding=plan.sharding, micro_batch=plan.micro_batch,
-                          seq_len=plan.seq_len, activation_checkpointing=plan.activation_checkpointing,
+                          seq_len=plan.seq_len, activation_checkpointing=plan.checkpointing,
+                          attention=plan.attention, memory_scale=constants.get("memory_scale", 1.0),
                           grad_accum=plan.grad_accum, gpu=plan.gpu,
                           reshard_after_forward=knobs.get("reshard_after_forward", True),
                           reduce_scatter_every_micro_step=knobs.get("reduce_scatter_every_micro_step", False))
@@ -287,14 +364,15 @@ def predict_step_time(model_size: float | int | str | ModelShape, gpu_count: int
 
 def predict_throughput(model_size: float | int | str | ModelShape, gpu_count: int, *,
                        gpu: str = "H100-80GB", seq_len: int = 2048, micro_batch: int = 1,
-                       activation_checkpointing: bool = False, grad_accum: int = 1,
+                       activation_checkpointing: bool | str = False, grad_accum: int = 1,
                        gpus_per_node: int = 8, nccl_algo: str | None = "default",
                        nccl_proto: str | None = "default", num_workers: int = 2,
                        prefetch_factor: int | None = 2, sharding: str = "zero3",
                        padding_efficiency: float = 1.0, examples_per_sequence: float = 1.0,
                        reshard_after_forward: bool = True,
                        reduce_scatter_every_micro_step: bool = False,
-                       calibration: dict[str, Any] | str | Path | None = None) -> Prediction:
+                       calibration: dict[str, Any] | str | Path | None = None,
+                       attention: str = "sdpa") -> Prediction:
     """Predicted training throughput, non-padding tokens per second per GPU.
 
     Args:
@@ -303,7 +381,9 @@ def predict_throughput(model_size: float | int | str | ModelShape, gpu_count: in
         gpu: ``A100-40GB``, ``A100-80GB``, ``H100-80GB``, ``H200-141GB`` or ``cpu``.
         seq_len: tokens per row.
         micro_batch: rows per GPU per forward/backward.
-        activation_checkpointing: full per-block recomputation (one extra forward).
+        activation_checkpointing: ``False``/``"none"``, ``True``/``"full"`` (per-block
+            recomputation: one extra forward) or ``"selective"`` (recompute the attention
+            core and pointwise ops, keep the matmul outputs).
         grad_accum: micro-batches per optimizer step.
         gpus_per_node: GPUs per node (NVLink inside, network across).
         nccl_algo: NCCL_ALGO value (``default`` = unset): ``Ring``, ``Tree``, ``NVLS``...
@@ -318,6 +398,8 @@ def predict_throughput(model_size: float | int | str | ModelShape, gpu_count: in
         reduce_scatter_every_micro_step: False = FSDP2 no-sync accumulation (reduce-scatter
             on the last micro-batch only).
         calibration: a calibration dict, a JSON path, or None for the shipped default.
+        attention: ``sdpa`` (flash kernels, the trial's default) or ``eager`` (HF's eager
+            path: materialised s x s scores).
 
     Returns:
         A :class:`Prediction` (a float) with ``.source`` (the calibration used) and
@@ -338,7 +420,7 @@ def predict_throughput(model_size: float | int | str | ModelShape, gpu_count: in
         nccl_proto=nccl_proto, num_workers=num_workers, prefetch_factor=prefetch_factor,
         sharding=sharding, padding_efficiency=padding_efficiency,
         examples_per_sequence=examples_per_sequence, reshard_after_forward=reshard_after_forward,
-        reduce_scatter_every_micro_step=reduce_scatter_every_micro_step)
+        reduce_scatter_every_micro_step=reduce_scatter_every_micro_step, attention=attention)
     return Prediction(details["tokens_per_sec_per_gpu"], source=details["source"], details=details)
 
 
