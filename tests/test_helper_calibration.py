@@ -140,3 +140,40 @@ def test_bad_measurements_are_skipped_with_a_reason_and_none_is_an_error():
     assert len(reasons) == 3 and any(r.startswith("unsupported") for r in reasons)
     with pytest.raises(ValueError, match="no usable measurement"):
         fit_calibration(bad)
+
+
+# --- issue 13: honest error, pinned constants, noise, extrapolation ------------------------------
+
+def test_fit_reports_leave_one_out_error_next_to_in_sample():
+    grid = [dict(gpu_count=n, micro_batch=mb, seq_len=s) for n, mb, s in itertools.product((8, 32), (1, 4), (1024, 4096))]
+    ms = _synthetic(grid, {"compute_efficiency": 0.5}, model_size="7b", num_workers=4, noise=0.03)
+    q = fit_calibration(ms)["quality"]
+    assert q["loo_median_abs_pct_error"] >= q["median_abs_pct_error"] * 0.5
+    assert q["loo_to_in_sample_ratio"] == pytest.approx(q["loo_median_abs_pct_error"] / q["median_abs_pct_error"], rel=0.05)
+    assert fit_calibration(ms, cross_validate=False)["quality"]["loo_median_abs_pct_error"] is None
+
+
+def test_constants_the_data_do_not_inform_stay_at_base_and_the_rest_are_one_consistent_fit():
+    grid = [dict(gpu_count=8, micro_batch=mb) for mb in (1, 2, 4, 8)]   # no NCCL knob varies
+    ms = _synthetic(grid, {"compute_efficiency": 0.3}, model_size="7b", num_workers=4, noise=0.0)
+    cal = fit_calibration(ms)
+    block, informed = cal["constants"]["H100-80GB"], cal["informed"]["H100-80GB"]
+    assert "proto_bw_factor_ll" not in informed and "proto_bw_factor_ll" not in block
+    assert "attention_seq_half" not in informed  # pinned: fitted=False
+    # what is written reproduces the fit's own error (no mixing of partial optima)
+    assert cal["quality"]["median_abs_pct_error"] < 1.0
+
+
+def test_noise_is_estimated_from_repeated_configurations():
+    grid = [dict(gpu_count=8, micro_batch=mb) for mb in (1, 2, 4, 8)] * 4
+    ms = _synthetic(grid, {"compute_efficiency": 0.3}, model_size="7b", num_workers=4, noise=0.04)
+    noise = fit_calibration(ms)["quality"]["noise"]
+    assert noise["repeated_configs"] == 4 and noise["degrees_of_freedom"] == 12
+    assert 0.02 < noise["noise_rel"] < 0.07 and noise["noise_rel_used"] == pytest.approx(noise["noise_rel"], abs=1e-4)
+
+
+def test_extrapolation_is_flagged_in_the_source():
+    from helper import suggest_config
+    assert "extrapolated" not in suggest_config("7b", 32, "52k")["source"]
+    assert "extrapolated: model size" in suggest_config("405b", 512, "52k")["source"]
+    assert "extrapolated" in suggest_config("7b", 8, "52k", gpu="H200-141GB")["source"]   # no H200 data
