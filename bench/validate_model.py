@@ -70,15 +70,15 @@ def _err(pred: float, pub: float) -> str:
 
 
 def _cfg(row: dict) -> str:
-    ac = "AC" if row.get("activation_checkpointing") else "no AC"
+    ac = {False: "no AC", True: "AC", "selective": "selective AC"}.get(row.get("activation_checkpointing", False), "AC")
     return f"seq {row['seq_len']}, mb {row['micro_batch']}, ga {row.get('grad_accum', 1)}, {ac}"
 
 
 def jobs_table(cal: dict) -> list[str]:
     """7B and 13B on 8 and 32 H100s next to the published figures."""
     val = [r for r in PUBLISHED if r["role"] == "validation" and r["gpu"] == "H100-80GB"]
-    mpt7 = next(r for r in val if r["label"] == "MPT-7b")
-    mpt13 = [r for r in val if r["label"] == "MPT-13b"]
+    mpt7 = next(r for r in val if r["label"] == "MPT-7b" and r["gpu_count"] == 8 and r["seq_len"] == 2048)
+    mpt13 = [r for r in val if r["label"] == "MPT-13b" and r["gpu_count"] in (8, 32) and r["seq_len"] == 2048]
     tt8 = next(r for r in val if r["gpu_count"] == 8 and "torchtitan" in r["label"])
     tt128 = next(r for r in val if r["gpu_count"] == 128 and "torchtitan" in r["label"])
     lines = ["| job | published figure (config) | source | published tok/s/GPU | predicted tok/s/GPU | error |",
@@ -128,7 +128,7 @@ def oom_table() -> tuple[list[str], int, int]:
     bad = 0
     for r in rows:
         mem = estimate_memory(r.get("model_size", r.get("preset")), r["gpu_count"], **_mem_kwargs(r))
-        cap = get_gpu(r["gpu"]).memory_gb
+        cap = r.get("memory_capacity_gb", get_gpu(r["gpu"]).memory_gb)
         if mem["total"] > cap:
             bad += 1
             lines.append(f"| {r['label']} | {r['gpu_count']} x {r['gpu']} | {_cfg(r)} | {mem['total']:.1f} | "

@@ -37,10 +37,11 @@ blocks, accumulation buffers) for the caching allocator's fragmentation: an allo
 measurement. 5 % (was 10 %): with 10 %, 16 MosaicML MPT configurations that ran in 40/80 GB
 were predicted out of memory (issue 13, bench/validate_model.py memory table)."""
 
-# Bytes per logit kept at the loss, bf16 compute: the bf16 logits (2), the fp32 upcast the
-# HF loss makes (4), the fp32 log-softmax saved by cross_entropy (4) and its fp32 gradient in
-# backward (4). In fp32 compute there is no upcast copy.
-_LOGIT_BYTES_BF16 = 14.0
+# Bytes per logit live at the loss's peak, bf16 compute: the bf16 logits (2), the fp32
+# log-softmax cross_entropy saves (4), and in backward its fp32 gradient (4) and the bf16
+# gradient of the logits (2); the HF loss's fp32 upcast copy (4) is freed once the forward
+# returns. 12 B: the FSDP2 tracker on the trial's model shows 12.6 (docs/validation.md).
+_LOGIT_BYTES_BF16 = 12.0
 _LOGIT_BYTES_FP32 = 12.0
 # MPT (llm-foundry) uses flash-attn's fused cross-entropy (modeling_mpt.py, loss_fn
 # 'fused_crossentropy'): it keeps the bf16 logits and writes a bf16 gradient (2 + 2).
@@ -109,15 +110,16 @@ def activation_bytes_per_token_per_layer(shape: ModelShape, *, dtype_bytes: int 
     What the Hugging Face Llama block keeps (p = dtype bytes, h hidden, kv = kv heads x
     head_dim, i = MLP width, a = heads):
 
-    - two RMSNorms: the fp32 upcast input (4h each) and the normalised output (p h each, the
-      input of q/k/v and of gate/up);
-    - attention: q and k before RoPE (p h + p kv), q, k, v after RoPE (p (h + 2 kv)), the SDPA
-      output (p h) and its contiguous copy into o_proj (p h), the fp32 log-sum-exp (4 a);
-      no s x s matrix with SDPA / FlashAttention;
+    - two RMSNorms: the fp32 upcast input (4h each), the normalised bf16 value the weight
+      multiplies (p h) and the output (p h, the input of q/k/v and of gate/up);
+    - attention: q and k before RoPE and their ``rotate_half`` copies (2 p (h + kv)), q, k, v
+      after RoPE (p (h + 2 kv)), the SDPA output (p h) and its contiguous copy into o_proj
+      (p h), the fp32 log-sum-exp (4 a); no s x s matrix with SDPA / FlashAttention;
     - SwiGLU MLP: gate, up, silu(gate) and their product (4 p i).
 
-    That is 47.5 h bytes for Llama-2-7B; PyTorch's FSDP2 memory tracker on the real HF model
-    counts within 3 % of it (docs/validation.md, memory table). MPT (llm-foundry) keeps less:
+    That is 55.5 h bytes for Llama-2-7B. The norms' pre-weight copy and RoPE's rotate_half
+    copies were missing until PyTorch's FSDP2 memory tracker on the real HF model showed
+    about 6 h more per layer than the older 47.5 h count (docs/validation.md, memory table). MPT (llm-foundry) keeps less:
     bf16 LayerNorms (input, output: 2 p h each), fused Wqkv output (3 p h), the flash output
     and its o_proj input (2 p h), GELU input and output (2 p 4h): 17 p h = 34 h bytes, which is
     Korthikanti's 34 s b h (their dropout masks out, no s x s term).
@@ -131,7 +133,7 @@ def activation_bytes_per_token_per_layer(shape: ModelShape, *, dtype_bytes: int 
     Example:
         >>> from helper.sizes import parse_model_size
         >>> round(activation_bytes_per_token_per_layer(parse_model_size("llama-2-7b")) / 4096, 1)
-        47.5
+        55.5
         >>> round(activation_bytes_per_token_per_layer(parse_model_size("mpt-7b")) / 4096, 1)
         34.0
     """
@@ -145,8 +147,8 @@ def activation_bytes_per_token_per_layer(shape: ModelShape, *, dtype_bytes: int 
         return p * (h + (h + 2 * kv) + h + mlp_outs + h)
     if a.family == "mpt":
         return p * (2 * h + 2 * h + (h + 2 * kv) + 2 * h + 2 * i) + 4 * a.n_heads + scores
-    norms = 2 * 4 * h + 2 * p * h
-    attention_b = (p * h + p * kv) + p * (h + 2 * kv) + 2 * p * h + 4 * a.n_heads
+    norms = 2 * 4 * h + 2 * 2 * p * h
+    attention_b = 2 * p * (h + kv) + p * (h + 2 * kv) + 2 * p * h + 4 * a.n_heads
     mlp = 4 * p * i
     return norms + attention_b + mlp + scores
 

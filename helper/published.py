@@ -6,7 +6,8 @@ Every row is a figure someone published, with its URL and the table or sentence 
 ``role="validation"`` rows (7B- and 13B-class jobs) are held out and only compared against;
 ``role="reference"`` rows are end-to-end figures (failures, evaluation and checkpointing
 included) shown for context. Fields are measurement dicts for ``fit_calibration`` plus
-``ref``/``figure``/``note``. Data loading is pre-tokenised in all of them (``num_workers=8``,
+``ref``/``figure``/``note`` (and ``peak_mem_gib``/``memory_figure`` where the source
+publishes a peak, ``memory_capacity_gb`` where its GPU's memory differs from helper's GPU). Data loading is pre-tokenised in all of them (``num_workers=8``,
 ``data_cost_s_per_example`` negligible); ``gpus_per_node=8`` (DGX/HGX nodes).
 """
 
@@ -64,14 +65,16 @@ PUBLISHED: list[dict] = [
      "preset": "llama-3-8b", "gpu": "H100-80GB", "gpu_count": 8, "gpus_per_node": 8,
      "seq_len": 8192, "micro_batch": 2, "grad_accum": 1, "activation_checkpointing": "selective",
      "num_workers": 8, "tokens_per_sec_per_gpu": 5762,
-     "peak_mem_gib": 82.4, "memory_figure": "Table 1, FSDP: Memory(GiB) 82.4 (96 GB H100)"},
+     "peak_mem_gib": 82.4, "memory_figure": "Table 1, FSDP: Memory(GiB) 82.4 (96 GB H100)",
+     "memory_capacity_gb": 96 * 2**30 / 1e9},
     {"role": "validation", "ref": TORCHTITAN_H100, "label": "Llama 3.1 8B (torchtitan)",
      "figure": "Table 3, 1D FSDP, Llama 3.1 8B, 128 GPUs, local batch 2, selective AC: FSDP 5,605 TPS/GPU",
      "note": "as above (500 W H100, selective AC)",
      "preset": "llama-3-8b", "gpu": "H100-80GB", "gpu_count": 128, "gpus_per_node": 8,
      "seq_len": 8192, "micro_batch": 2, "grad_accum": 1, "activation_checkpointing": "selective",
      "num_workers": 8, "tokens_per_sec_per_gpu": 5605,
-     "peak_mem_gib": 67.0, "memory_figure": "Table 3, FSDP: Memory(GiB) 67.0 (96 GB H100)"},
+     "peak_mem_gib": 67.0, "memory_figure": "Table 3, FSDP: Memory(GiB) 67.0 (96 GB H100)",
+     "memory_capacity_gb": 96 * 2**30 / 1e9},
     {"role": "validation", "ref": TORCHTITAN, "label": "Llama 3 8B (torchtitan)",
      "figure": "Llama 3 performance numbers, FSDP2 on 64 A100 (80GB): 8B, batch 1, selective layer AC: 2904 WPS",
      "preset": "llama-3-8b", "gpu": "A100-80GB", "gpu_count": 64, "gpus_per_node": 8,

@@ -97,9 +97,11 @@ def test_unknown_sharding_and_gpu_are_value_errors():
 def test_llama_activation_bytes_follow_korthikanti_bookkeeping():
     shape = parse_model_size("llama-2-7b")
     h, i = 4096, 11008
-    # fp32 norm inputs 8h + bf16 norm outputs 4h; attention: q, k before RoPE, q, k, v after,
-    # SDPA output and its copy = 8h + 6 kv (kv = h), fp32 log-sum-exp 4a; SwiGLU MLP 8i
-    expected = 8 * h + 4 * h + (8 * h + 6 * h) + 4 * 32 + 8 * i
+    # fp32 norm inputs 8h + bf16 pre-weight values and outputs 8h; attention: q, k before RoPE
+    # and their rotate_half copies, q, k, v after, SDPA output and its copy = 8h + 10 kv (kv = h),
+    # fp32 log-sum-exp 4a; SwiGLU MLP 8i. (Issue 13: the tracker found the pre-weight and
+    # rotate_half copies the older 47.5 h count missed.)
+    expected = 8 * h + 8 * h + (8 * h + 10 * h) + 4 * 32 + 8 * i
     assert activation_bytes_per_token_per_layer(shape) == expected
     # Same order as Korthikanti's 34 s b h for a GPT block (with its 4h GeLU MLP).
     assert 30 * h < expected < 60 * h
@@ -112,7 +114,7 @@ def test_checkpointing_keeps_block_inputs_plus_the_larger_of_logits_and_one_bloc
     full = activation_memory_gb(shape, micro_batch=1, seq_len=2048, activation_checkpointing=False)
     ckpt = activation_memory_gb(shape, micro_batch=1, seq_len=2048, activation_checkpointing=True)
     per_layer = activation_bytes_per_token_per_layer(shape) * 2048 / 1e9
-    logits = 2048 * 32000 * 14 / 1e9
+    logits = 2048 * 32000 * 12 / 1e9
     assert full["total"] == pytest.approx(32 * per_layer + logits)
     assert ckpt["total"] == pytest.approx(32 * 2 * 4096 * 2048 / 1e9 + max(per_layer, logits))
     assert ckpt["backward"] == pytest.approx(32 * 2 * 4096 * 2048 / 1e9 + per_layer)
@@ -151,17 +153,18 @@ def test_mpt_block_keeps_korthikantis_34_sbh():
 
 def test_published_configurations_that_ran_are_not_predicted_out_of_memory():
     from helper.gpus import get_gpu
-    from helper.published import PUBLISHED, TORCHTITAN, TORCHTITAN_H100
+    from helper.published import PUBLISHED, TORCHTITAN
 
-    # torchtitan's rows are its own Llama (compiled, on 96 GB H100s for TORCHTITAN_H100): helper
-    # models the HF Llama trial, which keeps more; they are reported, not asserted (docs/validation.md).
-    for r in (r for r in PUBLISHED if r["role"] != "reference" and r["ref"] not in (TORCHTITAN, TORCHTITAN_H100)):
+    # torchtitan's A100 Llama 2 13B row is its own Llama, predicted over 80 GB by helper's HF Llama
+    # count (docs/validation.md reports it); every other published configuration must fit.
+    for r in (r for r in PUBLISHED if r["role"] != "reference" and r["ref"] != TORCHTITAN):
         mem = estimate_memory(r.get("model_size", r.get("preset")), r["gpu_count"], micro_batch=r["micro_batch"],
                               seq_len=r["seq_len"], activation_checkpointing=r["activation_checkpointing"],
                               sharding=r.get("sharding", "zero3"), grad_accum=r["grad_accum"], gpu=r["gpu"],
                               reshard_after_forward=r.get("reshard_after_forward", True),
                               reduce_scatter_every_micro_step=r.get("reduce_scatter_every_micro_step", False))
-        assert mem["total"] <= get_gpu(r["gpu"]).memory_gb, (r["figure"], round(mem["total"], 1))
+        cap = r.get("memory_capacity_gb", get_gpu(r["gpu"]).memory_gb)
+        assert mem["total"] <= cap, (r["figure"], round(mem["total"], 1))
 
 
 def test_unknown_checkpointing_mode_is_one_clear_error():
