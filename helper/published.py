@@ -7,7 +7,8 @@ Every row is a figure someone published, with its URL and the table or sentence 
 ``role="reference"`` rows are end-to-end figures (failures, evaluation and checkpointing
 included) shown for context. Fields are measurement dicts for ``fit_calibration`` plus
 ``ref``/``figure``/``note`` (and ``peak_mem_gib``/``memory_figure`` where the source
-publishes a peak, ``memory_capacity_gb`` where its GPU's memory differs from helper's GPU). Data loading is pre-tokenised in all of them (``num_workers=8``,
+publishes a peak, ``memory_capacity_gb`` where its GPU's memory differs from helper's GPU).
+Data loading is pre-tokenised in all of them (``num_workers=8``,
 ``data_cost_s_per_example`` negligible); ``gpus_per_node=8`` (DGX/HGX nodes).
 """
 
