@@ -112,14 +112,16 @@ def activation_bytes_per_token_per_layer(shape: ModelShape, *, dtype_bytes: int 
 
     - two RMSNorms: the fp32 upcast input (4h each), the normalised bf16 value the weight
       multiplies (p h) and the output (p h, the input of q/k/v and of gate/up);
-    - attention: q and k before RoPE and their ``rotate_half`` copies (2 p (h + kv)), q, k, v
-      after RoPE (p (h + 2 kv)), the SDPA output (p h) and its contiguous copy into o_proj
-      (p h), the fp32 log-sum-exp (4 a); no s x s matrix with SDPA / FlashAttention;
+    - attention: q, k, v as SDPA saves them, at all heads (``repeat_kv`` expands k and v, so
+      grouped-query attention saves as much as multi-head: 3 p h), the SDPA output and its
+      contiguous copy into o_proj (2 p h), one more p h the tracker counts per block that we
+      do not attribute, and the fp32 log-sum-exp (4 a); RoPE multiplies by constant cos/sin
+      and saves nothing large; no s x s matrix with SDPA / FlashAttention;
     - SwiGLU MLP: gate, up, silu(gate) and their product (4 p i).
 
-    That is 55.5 h bytes for Llama-2-7B. The norms' pre-weight copy and RoPE's rotate_half
-    copies were missing until PyTorch's FSDP2 memory tracker on the real HF model showed
-    about 6 h more per layer than the older 47.5 h count (docs/validation.md, memory table). MPT (llm-foundry) keeps less:
+    That is 49.5 h bytes for Llama-2-7B. PyTorch's FSDP2 memory tracker on the real HF model
+    measures 50.0 h per layer for a multi-head h = 1024 block and the same bytes with 4x
+    fewer kv heads (docs/validation.md, memory section), which this count follows. MPT (llm-foundry) keeps less:
     bf16 LayerNorms (input, output: 2 p h each), fused Wqkv output (3 p h), the flash output
     and its o_proj input (2 p h), GELU input and output (2 p 4h): 17 p h = 34 h bytes, which is
     Korthikanti's 34 s b h (their dropout masks out, no s x s term).
@@ -133,7 +135,7 @@ def activation_bytes_per_token_per_layer(shape: ModelShape, *, dtype_bytes: int 
     Example:
         >>> from helper.sizes import parse_model_size
         >>> round(activation_bytes_per_token_per_layer(parse_model_size("llama-2-7b")) / 4096, 1)
-        55.5
+        49.5
         >>> round(activation_bytes_per_token_per_layer(parse_model_size("mpt-7b")) / 4096, 1)
         34.0
     """
@@ -148,7 +150,7 @@ def activation_bytes_per_token_per_layer(shape: ModelShape, *, dtype_bytes: int 
     if a.family == "mpt":
         return p * (2 * h + 2 * h + (h + 2 * kv) + 2 * h + 2 * i) + 4 * a.n_heads + scores
     norms = 2 * 4 * h + 2 * 2 * p * h
-    attention_b = 2 * p * (h + kv) + p * (h + 2 * kv) + 2 * p * h + 4 * a.n_heads
+    attention_b = 3 * p * h + 2 * p * h + p * h + 4 * a.n_heads
     mlp = 4 * p * i
     return norms + attention_b + mlp + scores
 

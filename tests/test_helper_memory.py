@@ -97,11 +97,10 @@ def test_unknown_sharding_and_gpu_are_value_errors():
 def test_llama_activation_bytes_follow_korthikanti_bookkeeping():
     shape = parse_model_size("llama-2-7b")
     h, i = 4096, 11008
-    # fp32 norm inputs 8h + bf16 pre-weight values and outputs 8h; attention: q, k before RoPE
-    # and their rotate_half copies, q, k, v after, SDPA output and its copy = 8h + 10 kv (kv = h),
-    # fp32 log-sum-exp 4a; SwiGLU MLP 8i. (Issue 13: the tracker found the pre-weight and
-    # rotate_half copies the older 47.5 h count missed.)
-    expected = 8 * h + 8 * h + (8 * h + 10 * h) + 4 * 32 + 8 * i
+    # fp32 norm inputs 8h + bf16 pre-weight values and outputs 8h; attention: q, k, v at all
+    # heads 6h, SDPA output and its copy 4h, one unattributed h-sized copy 2h, fp32
+    # log-sum-exp 4a; SwiGLU MLP 8i. (Issue 13: fitted to PyTorch's FSDP2 memory tracker.)
+    expected = 8 * h + 8 * h + (6 * h + 4 * h + 2 * h) + 4 * 32 + 8 * i
     assert activation_bytes_per_token_per_layer(shape) == expected
     # Same order as Korthikanti's 34 s b h for a GPT block (with its 4h GeLU MLP).
     assert 30 * h < expected < 60 * h
@@ -145,6 +144,18 @@ def test_eager_attention_keeps_the_scores():
     sdpa = activation_bytes_per_token_per_layer(shape, seq_len=4096)
     eager = activation_bytes_per_token_per_layer(shape, seq_len=4096, attention="eager")
     assert eager - sdpa == pytest.approx((4 + 2) * 32 * 4096)
+
+
+def test_grouped_query_attention_saves_as_much_as_multi_head():
+    # repeat_kv expands k and v before SDPA: the tracker counts the same bytes (issue 13)
+    import dataclasses
+
+    from helper.presets import get_preset
+    from helper.sizes import ModelShape
+    mha = get_preset("llama-2-7b")
+    gqa = dataclasses.replace(mha, n_kv_heads=8)
+    shapes = [ModelShape(n_params=float(a.n_params), arch=a, label="x", note="") for a in (mha, gqa)]
+    assert activation_bytes_per_token_per_layer(shapes[0]) == activation_bytes_per_token_per_layer(shapes[1])
 
 
 def test_mpt_block_keeps_korthikantis_34_sbh():
