@@ -36,7 +36,7 @@ def build_default_calibration() -> dict:
     source = (f"default: fitted to {len(rows)} published FSDP throughputs (MosaicML llm-foundry MPT "
               "125M-70B except 7B/13B, seq 1k-32k, 8-512 GPUs, on H100-80GB, A100-80GB, A100-40GB; "
               "helper/published.py), every 7B/13B figure held out")
-    cal = fit_calibration(rows, base=base, source=source)
+    cal = fit_calibration(rows, base=base, source=source, cross_validate=True)
     cal["constants"]["H200-141GB"] = dict(cal["constants"]["H100-80GB"])
     cal["informed"]["H200-141GB"] = []
     cal["provenance"]["notes"] = {

@@ -196,7 +196,7 @@ def _per_knob(measurements: list[dict], items: list, errors: list[float]) -> dic
 
 def fit_calibration(measurements: list[dict[str, Any]], *, base: dict[str, Any] | None = None,
                     noise_rel: float | None = None, source: str | None = None,
-                    max_nfev: int = 200, n_starts: int = 5, cross_validate: bool = True) -> dict[str, Any]:
+                    max_nfev: int = 200, n_starts: int = 5, cross_validate: bool = False) -> dict[str, Any]:
     """Fit the model's constants to measurements; a calibration dict with quality and provenance.
 
     Args:
@@ -212,6 +212,8 @@ def fit_calibration(measurements: list[dict[str, Any]], *, base: dict[str, Any] 
         n_starts: descents per GPU group (the prior, then seeded perturbations); the best wins.
         cross_validate: also refit leaving each measurement out and report its error
             (``quality.loo_*``): the honest error on configurations the fit did not see.
+            One refit per measurement: ``tuner distill`` and ``bench/validate_model.py`` turn
+            it on; callers that fit in a loop (a model-guided sampler) leave it off.
 
     Returns:
         A calibration (``load_calibration``'s format): ``constants`` (base blocks updated

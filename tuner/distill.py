@@ -110,7 +110,8 @@ def distill(storage: str | optuna.storages.BaseStorage, study_names: str | Seque
     now = _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat()
     source = (f"distilled from {len(measurements)} ok trials of {', '.join(names)} ({where}) at {now}"
               + (f"; simulated studies: {', '.join(simulated)}" if simulated else ""))
-    cal = fit_calibration(measurements, base=base if base is not None else load_calibration(), source=source)
+    cal = fit_calibration(measurements, base=base if base is not None else load_calibration(), source=source,
+                          cross_validate=True)
     memory = fit_memory_scale(measurements)
     for gpu, fit in memory.items():  # trials' peak_mem_gib -> estimate_memory's correction
         cal["constants"].setdefault(gpu, {})["memory_scale"] = fit["memory_scale"]
