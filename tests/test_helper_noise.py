@@ -30,3 +30,11 @@ def test_memory_scale_recovers_a_known_factor():
                    "tokens_per_sec_per_gpu": 1000.0, "peak_mem_gib": measured * 1e9 / 2**30})
     fit = fit_memory_scale(ms)["A100-80GB"]
     assert fit["n"] == 3 and fit["memory_scale"] == pytest.approx(0.8, rel=0.01)
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    import helper.noise
+    result = doctest.testmod(helper.noise)
+    assert result.failed == 0 and result.attempted > 0
