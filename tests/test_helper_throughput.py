@@ -205,3 +205,11 @@ def test_wider_models_and_fuller_micro_batches_use_the_tensor_cores_better():
     small, big = plan_step("7b", 8, micro_batch=1, seq_len=512), plan_step("7b", 8, micro_batch=8, seq_len=512)
     per_flop = [compute_seconds(p, consts)[0] / p.matmul_flops_per_micro_step for p in (small, big)]
     assert per_flop[0] > per_flop[1]
+
+
+def test_compute_module_doctests_run():
+    import doctest
+
+    import helper.compute
+    result = doctest.testmod(helper.compute)
+    assert result.failed == 0 and result.attempted > 0
