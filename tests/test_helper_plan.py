@@ -67,3 +67,11 @@ def test_bad_arguments_name_themselves(bad):
     args = {"model_size": "7b", "gpu_count": 8, "tokens": 1e9, **bad}
     with pytest.raises(ValueError, match=next(iter(bad))):
         plan_training(**args)
+
+
+def test_a_loser_never_reads_as_slower_when_it_is_predicted_faster(plan13):
+    win = plan13["chosen"]["tokens_per_sec_per_gpu"]
+    for r in plan13["layouts"]:
+        if r["why_not"] and r["fits"]:
+            faster = r["tokens_per_sec_per_gpu"] > win
+            assert ("faster" in r["why_not"]) == faster and ("-" not in r["why_not"].split(":")[0]), r["why_not"]
