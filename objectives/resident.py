@@ -23,12 +23,16 @@ Between configs the worker rebuilds only what the change needs (tuner.knobs.reco
 
 Every config gets a fresh AdamW, and memory is freed before it starts (gc, the CUDA cache,
 peak counters reset; on CPU the peak RSS through /proc/self/clear_refs), so its peak memory
-is its own. A failure is handled as in a cold trial: the failing rank writes the error line
-and the worker exits; the launcher starts a fresh one for the next config.
+is its own. A failure is handled first as in a cold trial: the failing rank writes the error line,
+and the worker goes on only if every rank failed alike (an OOM on equal shards: each rank
+reports the config's end in a file, not a collective, which a peer stuck in a collective
+would never join); the next config then gets a new model and new communicators. Otherwise
+the failed rank exits, torchrun stops the others, and the launcher starts a fresh worker.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 import random
@@ -47,6 +51,7 @@ from tuner.errors import TrialConfigError
 __all__ = ["ResidentWorker", "main", "POLL_S"]
 
 POLL_S = 0.02  # how often an idle rank looks for its next job file
+AGREE_S = 30.0  # how long a failed rank waits for its peers to report the same config's end
 _SECTIONS = ("model", "data", "cluster")  # a change of these rebuilds everything (not within one study)
 
 
@@ -59,6 +64,7 @@ class ResidentWorker:
         self.examples = self.tokenizer = self.model = self.dtype = None
         self.group = self.mesh = None
         self.jobs = 0
+        self.broken = False
 
     def level(self, raw: dict[str, Any]) -> str:
         """What moving from the current config to ``raw`` needs (tuner.knobs.RECONFIGURE)."""
@@ -73,6 +79,12 @@ class ResidentWorker:
 
         started = time.perf_counter()
         level = self.level(raw)
+        if self.broken and level in ("none", "data_loader", "model"):
+            level = "communicators"
+        self.broken = False
+        if job > 0 and level != "process":  # warm: one step absorbs what is new (spec: trial.warm_warmup_steps)
+            warm_warmup = int((raw.get("trial") or {}).get("warm_warmup_steps", config.warmup_steps))
+            config = dataclasses.replace(config, warmup_steps=min(config.warmup_steps, warm_warmup))
         rebuild = catalogue.RECONFIGURE.index(level)
         device, _ = trial.trial_device(config)
         rank, world = dist.get_rank(), dist.get_world_size()
@@ -119,6 +131,11 @@ class ResidentWorker:
                                                        "worker_trial": self.jobs,
                                                        "setup_seconds": time.perf_counter() - started}})
 
+    def reset(self) -> None:
+        """After a failed config: drop the model, and take new communicators next time (a
+        failed collective may leave its communicator unusable)."""
+        self.model, self.broken = None, True
+
     def _broadcast(self, text: str | None) -> str:
         import torch.distributed as dist
 
@@ -142,6 +159,21 @@ class ResidentWorker:
                 Path("/proc/self/clear_refs").write_text("5")
             except OSError:
                 pass
+
+
+def _agree(worker_dir: str, job: int, *, rank: int, world: int, failed: bool) -> bool:
+    """Whether every rank ended job ``job``: through files, not a collective, because a rank
+    that failed outside a collective leaves its peers waiting in one (they never get here,
+    and the failed rank exits after AGREE_S, so torchrun stops them all). When every rank
+    failed alike (an OOM on equal shards, a collective every rank refused), the worker goes on."""
+    folder = Path(worker_dir)
+    (folder / f"end-{job:05d}-{rank}").write_text("failed" if failed else "ok")
+    deadline = time.monotonic() + (AGREE_S if failed else AGREE_S * 10)
+    while time.monotonic() < deadline:
+        if all((folder / f"end-{job:05d}-{r}").exists() for r in range(world)):
+            return True
+        time.sleep(POLL_S)
+    return False
 
 
 def _next_job(worker_dir: str, job: int, idle_s: float) -> dict[str, Any] | None:
@@ -175,10 +207,26 @@ def main() -> int:
         if rank == 0:
             protocol.announce_worker(worker_dir, pid=os.getpid(), world_size=dist.get_world_size())
         worker, job = ResidentWorker(), 0
+        world = dist.get_world_size()
         while True:
             raw = json.loads(Path(config_path).read_text())
-            worker.run(raw, config, writer, job=job)
-            writer.emit(protocol.job_end_event(job=job))
+            try:
+                worker.run(raw, config, writer, job=job)
+                failed = None
+            except (KeyboardInterrupt, TrialConfigError):
+                raise
+            except Exception as exc:  # noqa: BLE001 - recovered only if every rank failed alike
+                traceback.print_exc()
+                failed = exc
+                if not writer.has_error():
+                    writer.enabled = True
+                    writer.emit(trial.error_event(exc, rank=rank))
+                writer.enabled = rank == 0
+            if not _agree(worker_dir, job, rank=rank, world=world, failed=failed is not None):
+                raise failed or RuntimeError("a peer rank failed while this one finished the config")
+            if failed is not None:
+                worker.reset()
+            writer.emit(protocol.job_end_event(job=job, **({"recovered": True} if failed else {})))
             doc = _next_job(worker_dir, job + 1, idle_s)
             if doc is None or doc.get("stop"):
                 break

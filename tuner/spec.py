@@ -294,6 +294,8 @@ def _check_trial(t: TrialSection, fail) -> None:
         raise fail("trial.estimate_gpu_seconds", "must be > 0")
     if t.min_steps < 1:
         raise fail("trial.min_steps", f"must be >= 1, got {t.min_steps}")
+    if t.warm_warmup_steps < 0:
+        raise fail("trial.warm_warmup_steps", f"must be >= 0, got {t.warm_warmup_steps}")
     if not 0 <= t.target_rel_ci < 1:
         raise fail("trial.target_rel_ci", "must be in [0, 1)")
     if not t.command or (t.command[0] == "-m" and len(t.command) < 2):

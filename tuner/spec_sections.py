@@ -115,6 +115,16 @@ class TrialSection:
     the fewest a batch-means CI uses)."""
     target_rel_ci: float = 0.02
     """Stop measuring once the 95% CI half-width is below this share of the mean."""
+    resident: bool = True
+    """Warm trials: keep one worker (torchrun job, srun step) up across configs and hand it
+    each next config (docs/contracts.md, resident workers); its start-up is paid once and
+    charged to its first trial. A command that does not implement resident mode runs cold.
+    false: every trial is a fresh launch."""
+    warm_warmup_steps: int = 1
+    """Warm-up steps of a warm trial (a resident worker's second config on), at most
+    warmup_steps: its process, CUDA context, kernels and data are already up, so one step
+    absorbs what is new (the DataLoader's workers, FSDP's lazy init of a rebuilt model, a new
+    communicator's set-up at its first collective)."""
     command: tuple[str, ...] = ("-m", "objectives.fsdp_finetune")
     """What torchrun starts on every rank: `-m module` or a script path and its arguments.
     Any command that speaks the trial protocol (INTERFACES.md) works."""
