@@ -30,7 +30,7 @@ import itertools
 import os
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -80,13 +80,15 @@ class ResidentRunner:
         start: ``start(request, env, log)`` starts the worker's command (a Popen).
         kill: ``kill(proc, grace_s)`` ends the worker and everything it started.
         fresh_levels: changes that need a fresh worker (default :data:`FRESH_LEVELS`).
+        base_env: the environment the worker's is built on (the launcher's client environment).
     """
 
     def __init__(self, *, name: str, world_size: int,
                  start: Callable[[TrialRequest, dict[str, str], IO[bytes]], subprocess.Popen],
                  kill: Callable[[subprocess.Popen, float], None],
-                 fresh_levels: tuple[str, ...] = FRESH_LEVELS) -> None:
-        self.name, self.world_size = name, world_size
+                 fresh_levels: tuple[str, ...] = FRESH_LEVELS,
+                 base_env: Callable[[], Mapping[str, str]] = lambda: os.environ) -> None:
+        self.name, self.world_size, self.base_env = name, world_size, base_env
         self._start, self._kill, self.fresh_levels = start, kill, fresh_levels
         self.worker: WorkerHandle | None = None
 
@@ -147,7 +149,7 @@ class ResidentRunner:
         worker_dir.mkdir(exist_ok=True)
         for stale in worker_dir.glob("*"):
             stale.unlink()
-        env = trial_environment(request.params, os.environ, config_path=str(config_path),
+        env = trial_environment(request.params, self.base_env(), config_path=str(config_path),
                                 result_path=str(result_path))
         env[protocol.WORKER_ENV] = str(worker_dir)
         log_path = request.run_dir / "trial.log"
