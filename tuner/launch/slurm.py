@@ -37,6 +37,11 @@ when no allocation could be had ``_MAX_ALLOCATION_FAILURES`` times in a row does
 raise :class:`SlurmError`, so a full cluster or a wrong partition stops the run instead of
 spinning.
 
+With ``[trial] resident`` (the default) the step stays up across trials as a resident
+worker (tuner.launch.resident): the next config is a job file in the trial folder on the
+shared filesystem; a timeout, Ctrl-C or close() cancels the step (close() first asks the
+worker to stop), and the allocation's lease covers a coordinator killed by kill -9.
+
 The Slurm client commands (scontrol, sacct, scancel), the holder script's text and the pure
 parsers of Slurm's output live in tuner.launch.slurm_commands; this module keeps the state
 (the allocation, its lease, the running step). SlurmError, diagnose_slurm_failure and
