@@ -55,7 +55,8 @@ def run_row(label: str, spec, *, resident: bool, budget_gpu_seconds: float, work
     wall_s = time.monotonic() - t0
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.load_study(study_name=spec.study.name, storage=f"sqlite:///{db}")
-    done = [t for t in study.trials if t.user_attrs.get("gpu_seconds") is not None]
+    done = [t for t in study.trials if t.user_attrs.get("gpu_seconds") is not None
+            and t.user_attrs.get("status") != "skipped"]  # skipped: queued, never run
     ok = [t for t in done if t.user_attrs.get("status") == "ok"]
     used = sum(t.user_attrs["gpu_seconds"] for t in done)
     setup = sum(t.user_attrs.get("startup_seconds", 0.0) * t.user_attrs.get("world_size", 0) for t in done)
