@@ -94,11 +94,18 @@ def spec_fingerprint(spec_dict: dict[str, Any]) -> str:
 
     The launcher is part of it: mixing simulated and measured trials in one study would
     corrupt its record. Node-local folders (cache, shared dir) are not: coordinators on other
-    nodes may keep them elsewhere.
+    nodes may keep them elsewhere. Nor is ``trial.resident`` (nor a default
+    ``trial.warm_warmup_steps``).
     """
     spec_dict = json.loads(json.dumps(spec_dict))
     spec_dict.get("data", {}).pop("cache_dir", None)
     spec_dict.get("cluster", {}).pop("shared_dir", None)
+    # warm or cold trials measure the same (only cost differs): coordinators may differ there,
+    # and studies created before resident workers keep their fingerprint
+    trial = spec_dict.get("trial", {})
+    trial.pop("resident", None)
+    if trial.get("warm_warmup_steps") == 1:
+        trial.pop("warm_warmup_steps")
     canonical = json.dumps(spec_dict, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
