@@ -30,7 +30,7 @@ from typing import Any
 
 # Layouts and checkpoints: their own modules (torch imported lazily inside).
 from objectives.checkpoint import Checkpointer
-from objectives.parallel import build_mesh, gpus_per_node_from_env, plan_layout
+from objectives.parallel import build_mesh, build_parallel_model, gpus_per_node_from_env, plan_layout
 
 # The trial config: parsed and validated in objectives.trial_config, re-exported here.
 from objectives.trial_config import Knobs, TrialConfig, load_config, parse_config
@@ -43,7 +43,8 @@ from tuner.protocol import ResultWriter
 
 __all__ = ["main", "load_config", "parse_config", "TrialConfig", "Knobs", "TrialConfigError", "ResultWriter",
            "classify_error", "error_event", "init_distributed", "build_data", "build_sharded_model",
-           "train_step", "StepStats", "run_trial", "peak_flops_for", "model_flops_per_token",
+           "train_step", "StepStats", "run_trial", "measure_trial", "build_loader", "trial_device",
+           "peak_flops_for", "model_flops_per_token",
            "peak_memory_gib", "process_age_s"]
 
 _IMPORT_S = time.perf_counter()
@@ -95,7 +96,11 @@ def peak_memory_gib(device) -> tuple[float, str]:
 
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**30, "cuda_max_allocated"
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30, "cpu_peak_rss"  # KiB on Linux
+    try:  # VmHWM is the peak RSS that a resident worker resets per trial (proc(5): clear_refs "5")
+        status = Path("/proc/self/status").read_text()
+        return int(status.split("VmHWM:")[1].split()[0]) * 1024 / 2**30, "cpu_peak_rss"  # kB
+    except (OSError, IndexError, ValueError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30, "cpu_peak_rss"  # KiB on Linux
 
 
 def process_age_s() -> float:
@@ -148,7 +153,7 @@ def build_data(config: TrialConfig, *, rank: int, world_size: int, pin_memory: b
     nodes need no shared cache directory. Without ``broadcast`` every rank reads the cache
     (how tests replay a finished trial's batches). HF tokenizers load on every rank.
     """
-    from objectives.data import TextTokenizer, build_dataloader, load_examples, load_tokenizer
+    from objectives.data import TextTokenizer, load_examples, load_tokenizer
 
     examples = load_examples(config.data)
     if config.data.get("tokenizer", "train") != "train":
@@ -159,11 +164,18 @@ def build_data(config: TrialConfig, *, rank: int, world_size: int, pin_memory: b
         tokenizer = load_tokenizer(config.data, examples) if rank == 0 else None
         payload = broadcast(tokenizer.to_json() if tokenizer is not None else None)
         tokenizer = tokenizer or TextTokenizer.from_json(payload)
+    return tokenizer, build_loader(config, examples, tokenizer, rank=rank, world_size=world_size,
+                                   pin_memory=pin_memory)
+
+
+def build_loader(config: TrialConfig, examples, tokenizer, *, rank: int, world_size: int, pin_memory: bool = False):
+    """This rank's DataLoader for the config's data knobs and seed (examples and tokenizer given)."""
+    from objectives.data import build_dataloader
+
     k = config.knobs
-    loader = build_dataloader(examples, tokenizer, seq_len=config.seq_len, micro_batch=k.micro_batch,
-                              padding=k.padding, num_workers=k.num_workers, prefetch_factor=k.prefetch_factor,
-                              rank=rank, world_size=world_size, seed=config.seed, pin_memory=pin_memory)
-    return tokenizer, loader
+    return build_dataloader(examples, tokenizer, seq_len=config.seq_len, micro_batch=k.micro_batch,
+                            padding=k.padding, num_workers=k.num_workers, prefetch_factor=k.prefetch_factor,
+                            rank=rank, world_size=world_size, seed=config.seed, pin_memory=pin_memory)
 
 
 def broadcast_from_rank0(text: str | None) -> str:
@@ -178,10 +190,10 @@ def broadcast_from_rank0(text: str | None) -> str:
 def build_sharded_model(config: TrialConfig, *, vocab_size: int, device, layout=None, mesh=None) -> tuple[Any, Any]:
     """Meta model -> TP -> activation checkpointing per block -> fully_shard each block, then
     the root -> storage and weights: torchtitan's order, in objectives.parallel. Without a
-    ``layout`` it is planned from the knobs over the whole world."""
+    ``layout`` it is planned from the knobs over the whole world; without a ``mesh``
+    (objectives.parallel.build_mesh, e.g. over a resident worker's own group) one is built
+    over the default group."""
     import torch.distributed as dist
-
-    from objectives.parallel import build_mesh, build_parallel_model, gpus_per_node_from_env, plan_layout
 
     if layout is None:
         world = dist.get_world_size()
@@ -235,8 +247,51 @@ def train_step(model, optimizer, batches: Iterator[dict], *, grad_accum: int, de
 
 # ------------------------------------------------------------------------------ trial
 
+def trial_device(config: TrialConfig):
+    """(device, sync): this rank's GPU and a device synchronise for nccl, the CPU and a no-op for gloo."""
+    import torch
+
+    if config.backend == "nccl":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        return device, (lambda: torch.cuda.synchronize(device))
+    return torch.device("cpu"), (lambda: None)
+
+
 def run_trial(config: TrialConfig, writer: ResultWriter) -> dict[str, Any]:
     """Run the trial in an initialised process group; emit step lines and return the summary."""
+    import torch
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device, _ = trial_device(config)
+    random.seed(config.seed)
+    torch.manual_seed(config.seed)
+
+    # ---- layout: the device mesh (objectives.parallel); the ranks of a TP group read one batch
+    layout = plan_layout(config.knobs, world_size=world, gpus_per_node=gpus_per_node_from_env(world))
+    mesh = build_mesh(layout, device.type)
+
+    # ---- data: tokenization happens in the DataLoader workers
+    tokenizer, loader = build_data(config, rank=layout.dp_rank(rank), world_size=layout.dp_size,
+                                   pin_memory=device.type == "cuda", broadcast=broadcast_from_rank0)
+
+    # ---- model: built on meta, sharded, then materialised; AdamW over the shards
+    model, dtype = build_sharded_model(config, vocab_size=tokenizer.vocab_size, device=device, layout=layout, mesh=mesh)
+    return measure_trial(config, writer, model=model, dtype=dtype, loader=loader, layout=layout)
+
+
+def measure_trial(config: TrialConfig, writer: ResultWriter, *, model, dtype, loader, layout, group=None,
+                  setup_started: float | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Warm-up and measured steps of a built model on a fresh AdamW; emit step lines, then the summary.
+
+    ``layout``: the objectives.parallel.Layout the model was built with (a TP group's ranks
+    share their rows, so their tokens count once).
+
+    ``group``: the process group of the trial's collectives (None: the default group).
+    ``setup_started``: perf_counter() when this trial's set-up began in a resident worker
+    (its startup_seconds count from there); None in a cold trial (from process start).
+    ``extra``: more summary fields.
+    """
     import torch
     import torch.distributed as dist
 
@@ -244,25 +299,11 @@ def run_trial(config: TrialConfig, writer: ResultWriter) -> dict[str, Any]:
     from objectives.models import count_params
     from tuner.measurement import stop_reason
 
-    rank, world = dist.get_rank(), dist.get_world_size()
-    use_cuda = config.backend == "nccl"
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if use_cuda else torch.device("cpu")
-    sync = (lambda: torch.cuda.synchronize(device)) if use_cuda else (lambda: None)
-    random.seed(config.seed)
-    torch.manual_seed(config.seed)
+    world = dist.get_world_size(group)
+    device, sync = trial_device(config)
+    use_cuda = device.type == "cuda"
     knobs = config.knobs
-
-    # ---- layout: the device mesh (objectives.parallel); the ranks of a TP group read one batch
-    layout = plan_layout(knobs, world_size=world, gpus_per_node=gpus_per_node_from_env(world))
-    mesh = build_mesh(layout, device.type)
-
-    # ---- data: tokenization happens in the DataLoader workers
-    tokenizer, loader = build_data(config, rank=layout.dp_rank(rank), world_size=layout.dp_size,
-                                   pin_memory=use_cuda, broadcast=broadcast_from_rank0)
     batches = iterate_batches(loader)
-
-    # ---- model: built on meta, sharded, then materialised; AdamW over the shards
-    model, dtype = build_sharded_model(config, vocab_size=tokenizer.vocab_size, device=device, layout=layout, mesh=mesh)
     n_params = count_params(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, fused=use_cuda)
     ckpt = Checkpointer.for_trial(config)  # None unless [trial] checkpoint_every > 0
@@ -281,13 +322,13 @@ def run_trial(config: TrialConfig, writer: ResultWriter) -> dict[str, Any]:
         if ckpt and step > start and ckpt.due(step):
             ckpt.save(step, model, optimizer)  # outside the timed step: its cost is reported apart
         if step == config.warmup_steps:
-            startup_s = process_age_s()
+            startup_s = process_age_s() if setup_started is None else time.perf_counter() - setup_started
         stats = train_step(model, optimizer, batches, grad_accum=knobs.grad_accum, device=device,
                            packed=knobs.padding == "packed", sync=sync)
         counts = torch.tensor([stats.tokens, stats.padded_tokens], dtype=torch.float64, device=device)
-        dist.all_reduce(counts)  # every rank's tokens
+        dist.all_reduce(counts, group=group)  # every rank's tokens
         times = torch.tensor([stats.step_time_s, stats.data_wait_s], dtype=torch.float64, device=device)
-        dist.all_reduce(times, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
+        dist.all_reduce(times, op=dist.ReduceOp.MAX, group=group)  # the slowest rank sets the pace
         if step < config.warmup_steps:
             continue
         tokens, padded = int(counts[0].item()) // layout.tp, int(counts[1].item()) // layout.tp  # TP ranks share rows
@@ -309,7 +350,7 @@ def run_trial(config: TrialConfig, writer: ResultWriter) -> dict[str, Any]:
         ckpt.wait()
     mem_gib, mem_kind = peak_memory_gib(device)
     mem = torch.tensor([mem_gib], dtype=torch.float64, device=device)
-    dist.all_reduce(mem, op=dist.ReduceOp.MAX)
+    dist.all_reduce(mem, op=dist.ReduceOp.MAX, group=group)
     device_name = torch.cuda.get_device_name(device) if use_cuda else "cpu"
     _, peak_flops = peak_flops_for(device_name) if use_cuda else (None, None)
     mfu = None
@@ -329,7 +370,7 @@ def run_trial(config: TrialConfig, writer: ResultWriter) -> dict[str, Any]:
         "knobs": dict(knobs), "launch_params": config.launch_params,
         "layout": layout.describe(), "checkpoint": ckpt.summary() if ckpt else None,
         "nccl_env": {var: os.environ.get(var) for var in NCCL_ENV_VARS},
-        "torch_version": torch.__version__,
+        "torch_version": torch.__version__, **(extra or {}),
     })
     writer.emit(summary)
     return summary
@@ -355,6 +396,10 @@ def init_distributed(backend: str) -> None:
 
 
 def main() -> int:
+    if os.environ.get(protocol.WORKER_ENV):  # resident mode: several configs in one process group
+        from objectives.resident import main as resident_main
+
+        return resident_main()
     rank = int(os.environ.get("RANK", "0"))
     writer = ResultWriter(os.environ.get(protocol.RESULT_ENV), enabled=rank == 0)
     # Workers tokenize one text at a time; the Rust pool only adds a fork warning.

@@ -106,12 +106,35 @@ def plan_layout(knobs: Mapping[str, Any], *, world_size: int, gpus_per_node: int
                   replicate=dp // shard, shard=shard, tp=tp)
 
 
-def build_mesh(layout: Layout, device_type: str):
-    """The 3-D DeviceMesh (dp_replicate, dp_shard, tp); size-1 dimensions are kept so the
-    same names work for every layout."""
-    from torch.distributed.device_mesh import init_device_mesh
+MESH_DIMS = ("dp_replicate", "dp_shard", "tp")
 
-    return init_device_mesh(device_type, layout.mesh_shape, mesh_dim_names=("dp_replicate", "dp_shard", "tp"))
+
+def build_mesh(layout: Layout, device_type: str, group=None):
+    """The 3-D DeviceMesh (dp_replicate, dp_shard, tp); size-1 dimensions are kept so the
+    same names work for every layout.
+
+    ``group`` (a resident worker's own process group, made after it changed NCCL_ALGO /
+    NCCL_PROTO): every dimension gets a new group over that group's ranks, so each of the
+    mesh's communicators is created after the change. Without it the mesh is over the
+    default group, whose communicator init_device_mesh reuses for a dimension spanning the
+    whole world.
+    """
+    if group is None:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        return init_device_mesh(device_type, layout.mesh_shape, mesh_dim_names=MESH_DIMS)
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import DeviceMesh
+
+    ranks = torch.tensor(dist.get_process_group_ranks(group)).view(layout.mesh_shape)
+    me, mine = dist.get_rank(), []
+    for dim in range(ranks.ndim):
+        # every rank creates every subgroup, in the same order (new_group's contract)
+        rows = ranks.movedim(dim, -1).reshape(-1, ranks.shape[dim]).tolist()
+        groups = [(row, dist.new_group(row)) for row in rows]
+        mine.append(next(g for row, g in groups if me in row))
+    return DeviceMesh.from_group(mine, device_type, mesh=ranks, mesh_dim_names=MESH_DIMS)
 
 
 def apply_tensor_parallel(blocks, tp_mesh) -> None:

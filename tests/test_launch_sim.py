@@ -124,3 +124,58 @@ def test_sharding_is_a_knob_end_to_end(tmp_path):
     assert "sharding" in analysis["marginal_effects"]
     recipe = render_recipe(analysis)
     assert "sharding" in recipe
+
+
+# ------------------------------------------------------------------ resident workers
+
+def test_a_resident_worker_pays_start_up_once_and_reconfigures_in_place():
+    from tuner.batching import DATA_LOADER_S
+
+    launcher = get_launcher(SPEC)
+
+    def run(params, number):
+        return launcher.launch(TrialRequest(study_name="s", number=number, params=complete_params(params, SPEC),
+                                            spec=SPEC, run_dir=Path("/nonexistent")))
+
+    assert not launcher.warm()
+    cold = run(GOOD, 0)
+    assert launcher.warm()
+    same_model = run({**GOOD, "micro_batch": 4}, 1)
+    new_comms = run({**GOOD, "nccl_algo": "Tree"}, 2)           # fails at its first collective, on every rank
+    after = run({**GOOD, "nccl_algo": "Tree", "nccl_proto": "default", "num_workers": 0}, 3)  # same NCCL env
+    assert (cold.extra["warm"], same_model.extra["warm"], new_comms.extra["warm"], after.extra["warm"]) == \
+        (False, True, True, True)
+    assert cold.extra["worker_startup_gpu_seconds"] == pytest.approx(32 * cold.startup_seconds)
+    assert "worker_startup_gpu_seconds" not in same_model.extra
+    assert same_model.startup_seconds == pytest.approx(DATA_LOADER_S)
+    assert DATA_LOADER_S < new_comms.startup_seconds < cold.startup_seconds
+    assert (same_model.extra["reconfigured"], new_comms.extra["reconfigured"]) == ("none", "communicators")
+    assert new_comms.status == "error" and after.extra["reconfigured"] == "communicators"  # rebuilt after a failure
+    launcher.close()
+    assert not launcher.warm()
+
+
+def test_cold_mode_starts_every_trial_afresh():
+    spec = dataclasses.replace(SPEC, trial=dataclasses.replace(SPEC.trial, resident=False))
+    launcher = get_launcher(spec)
+    results = [launcher.launch(TrialRequest(study_name="s", number=n, params=complete_params(GOOD, spec), spec=spec,
+                                            run_dir=Path("/nonexistent"))) for n in range(2)]
+    assert not launcher.warm()
+    assert results[0].startup_seconds == results[1].startup_seconds and "warm" not in results[1].extra
+
+
+@pytest.mark.slow  # two 40 GPU-h sim studies (~1 min each)
+def test_warm_7b_study_spends_at_most_a_quarter_on_start_up(tmp_path):
+    from tuner.analysis import startup_share  # noqa: F401 - the share here counts reconfiguration too
+
+    shares, oks = {}, {}
+    for resident in (False, True):
+        spec = dataclasses.replace(SPEC, trial=dataclasses.replace(SPEC.trial, resident=resident))
+        storage = f"sqlite:///{tmp_path}/{resident}.db"
+        run_study(spec, RunOptions(storage_url=storage, runs_dir=tmp_path / "runs"))
+        trials = optuna.load_study(study_name=spec.study.name, storage=storage).trials
+        used = sum(t.user_attrs.get("gpu_seconds", 0.0) for t in trials)
+        shares[resident] = sum(t.user_attrs.get("setup_gpu_seconds", 0.0) for t in trials) / used
+        oks[resident] = sum(t.user_attrs.get("status") == "ok" for t in trials)
+    assert shares[True] <= 0.25 < shares[False]
+    assert oks[True] > oks[False]

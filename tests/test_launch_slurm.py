@@ -361,3 +361,23 @@ def test_one_real_fsdp_trial_across_two_slurm_nodes(slurm_cluster, tmp_path):  #
     assert trial.user_attrs["status"] == "ok", trial.user_attrs.get("message")
     assert trial.value > 0 and len(trial.intermediate_values) == 4
     assert slurm_cluster.wait_queue_empty(timeout_s=15) == []
+
+
+@pytest.mark.slow
+def test_warm_trials_share_one_step_and_close_cancels_it(slurm_cluster, tmp_path):  # noqa: F811
+    resident = Path(__file__).resolve().parent / "fixtures" / "resident_objective.py"
+    spec = slurm_spec(tmp_path, name="slurm-warm", command=[str(resident)])
+    launcher = get_launcher(spec)
+    try:
+        results = [launcher.launch(request(spec, tmp_path, {"micro_batch": m}, number=n))
+                   for n, m in enumerate((1, 2, 64, 4))]
+        assert launcher.warm()
+        assert len(trial_steps(slurm_cluster)) == 1                          # one step ran them all
+    finally:
+        launcher.close()
+    assert [r.status for r in results] == ["ok", "ok", "oom", "ok"]
+    assert len({r.extra["pid"] for r in results if r.status == "ok"}) == 1
+    assert [r.extra["warm"] for r in results] == [False, True, True, True]
+    assert "worker_startup_gpu_seconds" in results[0].extra
+    assert len({r.extra["slurm_job_id"] for r in results}) == 1
+    assert slurm_cluster.wait_queue_empty(timeout_s=15) == []

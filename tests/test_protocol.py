@@ -54,3 +54,21 @@ def test_a_trial_that_breaks_the_protocol_is_an_error_naming_file_and_line(tmp_p
     assert result.status == "error" and result.step_values == () and result.tokens_per_sec_per_gpu is None
     assert str(result_path) in result.message and "line 2" in result.message and "trial-0007" in result.message
     assert result.gpu_seconds == 6.0   # the time it used is still charged
+
+
+# ------------------------------------------------------------------ resident mode
+
+def test_job_files_and_job_end_lines_of_the_resident_mode(tmp_path):
+    from tuner.protocol import announce_worker, has_job_end, job_end_event, job_path, read_job, worker_announced, write_job
+
+    assert read_job(job_path(tmp_path, 1)) is None                      # not handed over yet
+    write_job(tmp_path, 1, config_path="/c.json", result_path="/r.jsonl")
+    assert read_job(job_path(tmp_path, 1)) == {"job": 1, "config": "/c.json", "result": "/r.jsonl", "stop": False}
+    assert read_job(write_job(tmp_path, 2, stop=True))["stop"] is True
+    assert not list(tmp_path.glob("*.tmp"))                              # written by rename
+    text = json.dumps({"event": "summary", "tokens_per_sec_per_gpu": 1.0}) + "\n" + json.dumps(job_end_event(job=3)) + "\n"
+    assert has_job_end(text, 3) and not has_job_end(text, 2) and not has_job_end('{"event": "job_end", "job"', 3)
+    assert parse_results(text).problems == []                           # other readers skip the line
+    assert not worker_announced(tmp_path)
+    announce_worker(tmp_path, pid=7)
+    assert worker_announced(tmp_path)

@@ -16,7 +16,7 @@ def test_two_commands_main_job_and_tests():
     commands = quickstart_commands()
     assert len(commands) == 2
     run, test = commands
-    assert "tuner run --study studies/quickstart.toml --budget 0.05gpuh" in run
+    assert "tuner run --study studies/quickstart.toml --budget 0.08gpuh" in run
     assert "pytest" in test
 
 
@@ -28,4 +28,4 @@ def test_ci_runs_readmes_test_command_verbatim():
 
 def test_quickstart_spec_exists_and_is_valid():
     from tuner.spec import load_spec
-    assert load_spec(ROOT / "studies/quickstart.toml").budget_gpu_seconds == 180.0
+    assert load_spec(ROOT / "studies/quickstart.toml").budget_gpu_seconds == 288.0

@@ -27,7 +27,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from tuner import scheduling
+from tuner import batching, scheduling
 from tuner.ablation import plan_ablation_once
 from tuner.budget import ledger_from_trials
 from tuner.errors import SpecError
@@ -136,7 +136,8 @@ def run_study(spec: StudySpec, options: RunOptions,
             if options.max_trials is not None and launched >= options.max_trials:
                 stopped = "max_trials"
                 break
-            admitted = with_retries(lambda: _admit(study, raw_storage, spec, limits, options.ablation, asked),
+            admitted = with_retries(lambda: _admit(study, raw_storage, spec, limits, options.ablation, asked,
+                                                   warm=launcher.warm()),
                                     what="admitting a trial")
             if admitted is None:
                 # Nothing fits now. A trial running elsewhere (another coordinator's, or a dead
@@ -191,12 +192,13 @@ def run_study(spec: StudySpec, options: RunOptions,
 
 
 def _admit(study: optuna.Study, raw_storage: Any, spec: StudySpec, limits: tuple[float, float],
-           ablation: bool, asked: list[optuna.Trial]):
+           ablation: bool, asked: list[optuna.Trial], *, warm: bool = False):
     """Under the admission lock: check the budget, ask, reserve. None when nothing fits.
 
     ``asked`` carries trials across retries: one asked for by an attempt that a dropped
     connection cut short is RUNNING with nobody to run it, so the next attempt fails it (and
-    re-enqueues its config once) before asking again.
+    re-enqueues its config once) before asking again. ``warm``: the launcher's resident
+    worker is up, so the next trial costs no start-up (tuner.batching).
     """
     while asked:
         _abandon_admission(study, asked[0])
@@ -212,7 +214,8 @@ def _admit(study: optuna.Study, raw_storage: Any, spec: StudySpec, limits: tuple
             return scheduling.next_admission(
                 ledger_from_trials(trials, limit), first_estimate_gpu_seconds=scheduling.first_estimate(spec),
                 search_limit_gpu_seconds=search_limit, ablation=ablation, ablation_planned=planned,
-                queued=queued)
+                queued=queued, estimate_gpu_seconds=batching.estimate_from_trials(
+                    trials, first_estimate_gpu_seconds=scheduling.first_estimate(spec), warm=warm))
 
         admission = decide(bool(study.user_attrs.get("ablation_planned")),
                            any(t.state == TrialState.WAITING for t in trials))

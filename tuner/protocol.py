@@ -14,6 +14,13 @@ The launcher passes two environment variables:
   (``tokens``: all ranks' non-padding tokens of that optimizer step), then one
   ``{"event": "summary", ...}``, or ``{"event": "error", "kind": "oom"|"error", "message": ...}``.
 
+Resident mode (optional; docs/contracts.md "Resident workers"): the launcher may also pass
+:data:`WORKER_ENV` (``TUNER_WORKER_DIR``). A command that implements it runs the first
+config as usual, appends ``{"event": "job_end", "job": 0}`` after its summary, announces
+itself in the worker folder (:func:`announce_worker`) and then runs job files
+``job-00001.json``, ... (:func:`write_job`) until a stop job or its idle limit. A command
+that ignores the variable runs one config and exits: a cold trial, which still works.
+
 A last line cut off by a kill is ignored. Any other line that breaks the schema (not JSON,
 a step without a number, a negative or non-finite value) is a problem of the trial: the
 launcher records it as an ``error`` that names the file and the line, and none of its steps
@@ -38,11 +45,18 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["CONFIG_ENV", "RESULT_ENV", "ERROR_KINDS", "trial_config", "step_event", "error_event",
-           "summary_event", "ResultWriter", "ResultRecord", "parse_results", "read_results"]
+           "summary_event", "ResultWriter", "ResultRecord", "parse_results", "read_results",
+           "WORKER_ENV", "WORKER_IDLE_ENV", "WORKER_IDLE_S", "job_path", "write_job", "read_job",
+           "job_end_event", "has_job_end", "announce_worker", "worker_announced"]
 
 CONFIG_ENV = "TUNER_TRIAL_CONFIG"
 RESULT_ENV = "TUNER_RESULT_FILE"
 ERROR_KINDS = ("oom", "error")
+WORKER_ENV = "TUNER_WORKER_DIR"
+WORKER_IDLE_ENV = "TUNER_WORKER_IDLE_S"
+WORKER_IDLE_S = 600.0
+"""A resident worker with no job for this long exits by itself: the last guard against an
+orphan when its coordinator died where no signal reaches it (another node)."""
 
 # Summary fields the launcher reads and checks; the rest are diagnostics kept as they are.
 _SUMMARY_NUMBERS = ("tokens_per_sec_per_gpu", "peak_mem_gib", "data_wait_frac", "startup_seconds")
@@ -190,3 +204,65 @@ def read_results(path: str | Path) -> ResultRecord:
     if not path.exists():
         return ResultRecord()
     return parse_results(path.read_text(errors="replace"))
+
+
+# ------------------------------------------------------------------ resident mode
+
+def job_path(worker_dir: str | Path, job: int) -> Path:
+    """The file of job ``job`` (>= 1; job 0 is the config the worker was started with)."""
+    return Path(worker_dir) / f"job-{job:05d}.json"
+
+
+def write_job(worker_dir: str | Path, job: int, *, config_path: str | None = None,
+              result_path: str | None = None, stop: bool = False) -> Path:
+    """Hand a resident worker its next job (or ``stop``), atomically (write, then rename).
+
+    Example:
+        >>> import tempfile
+        >>> d = tempfile.mkdtemp()
+        >>> read_job(write_job(d, 1, config_path="/c.json", result_path="/r.jsonl"))
+        {'job': 1, 'config': '/c.json', 'result': '/r.jsonl', 'stop': False}
+    """
+    path = job_path(worker_dir, job)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"job": job, "config": config_path, "result": result_path, "stop": stop}))
+    tmp.replace(path)
+    return path
+
+
+def read_job(path: str | Path) -> dict[str, Any] | None:
+    """A job file's content, or None while it does not exist."""
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return None
+
+
+def job_end_event(*, job: int, **extra: Any) -> dict[str, Any]:
+    """The last line of a job's result file in resident mode: the worker is ready for the next."""
+    return {"event": "job_end", "job": job, **extra}
+
+
+def has_job_end(text: str, job: int) -> bool:
+    """Whether result text holds job ``job``'s job_end line."""
+    for line in reversed(text.splitlines()):
+        if '"job_end"' in line:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict) and event.get("event") == "job_end" and event.get("job") == job:
+                return True
+    return False
+
+
+def announce_worker(worker_dir: str | Path, **fields: Any) -> None:
+    """Rank 0 of a command that implements resident mode says so (``worker.json``)."""
+    path = Path(worker_dir) / "worker.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"resident": True, **fields}))
+    tmp.replace(path)
+
+
+def worker_announced(worker_dir: str | Path) -> bool:
+    return (Path(worker_dir) / "worker.json").exists()

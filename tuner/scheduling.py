@@ -55,7 +55,8 @@ class Admission:
 
 
 def next_admission(ledger: Ledger, *, first_estimate_gpu_seconds: float, search_limit_gpu_seconds: float,
-                   ablation: bool, ablation_planned: bool, queued: bool) -> Admission:
+                   ablation: bool, ablation_planned: bool, queued: bool,
+                   estimate_gpu_seconds: float | None = None) -> Admission:
     """What the loop does next, given the budget ledger and the study's state.
 
     Args:
@@ -66,8 +67,11 @@ def next_admission(ledger: Ledger, *, first_estimate_gpu_seconds: float, search_
         ablation_planned: the ablation runs are already enqueued (once per study).
         queued: some trial is WAITING (the baseline, a retry, an ablation run): it runs
             before any new search trial, budget permitting.
+        estimate_gpu_seconds: the next trial's expected cost when the caller knows better
+            than the ledger's median (a warm trial: tuner.batching.estimate_cost).
     """
-    estimate = estimate_trial_cost(ledger.measured_costs, first_estimate_gpu_seconds=first_estimate_gpu_seconds)
+    estimate = estimate_gpu_seconds if estimate_gpu_seconds is not None else estimate_trial_cost(
+        ledger.measured_costs, first_estimate_gpu_seconds=first_estimate_gpu_seconds)
     if ablation and ablation_planned:
         if not queued:
             return Admission(action="stop", estimate_gpu_seconds=estimate, reason="search and ablation done")

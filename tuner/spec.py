@@ -98,12 +98,19 @@ def spec_fingerprint(spec_dict: dict[str, Any]) -> str:
 
     The launcher is part of it: mixing simulated and measured trials in one study would
     corrupt its record. Node-local folders (cache, shared dir) are not: coordinators on other
-    nodes may keep them elsewhere.
+    nodes may keep them elsewhere. Nor is ``trial.resident`` (nor a default
+    ``trial.warm_warmup_steps``).
     """
     spec_dict = json.loads(json.dumps(spec_dict))
     spec_dict.get("data", {}).pop("cache_dir", None)
     spec_dict.get("cluster", {}).pop("shared_dir", None)
     spec_dict.get("trial", {}).pop("checkpoint_dir", None)
+    # warm or cold trials measure the same (only cost differs): coordinators may differ there,
+    # and studies created before resident workers keep their fingerprint
+    trial = spec_dict.get("trial", {})
+    trial.pop("resident", None)
+    if trial.get("warm_warmup_steps") == 1:
+        trial.pop("warm_warmup_steps")
     canonical = json.dumps(spec_dict, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -302,6 +309,8 @@ def _check_trial(t: TrialSection, fail) -> None:
         raise fail("trial.estimate_gpu_seconds", "must be > 0")
     if t.min_steps < 1:
         raise fail("trial.min_steps", f"must be >= 1, got {t.min_steps}")
+    if t.warm_warmup_steps < 0:
+        raise fail("trial.warm_warmup_steps", f"must be >= 0, got {t.warm_warmup_steps}")
     if not 0 <= t.target_rel_ci < 1:
         raise fail("trial.target_rel_ci", "must be in [0, 1)")
     if not t.command or (t.command[0] == "-m" and len(t.command) < 2):

@@ -125,6 +125,16 @@ class TrialSection:
     checkpoint_dir: str | None = None
     """Where checkpoints go (relative to the spec file; a folder every node sees): each trial
     writes <checkpoint_dir>/<study>/trial-<number>/step-<n>."""
+    resident: bool = True
+    """Warm trials: keep one worker (torchrun job, srun step) up across configs and hand it
+    each next config (docs/contracts.md, resident workers); its start-up is paid once and
+    charged to its first trial. A command that does not implement resident mode runs cold.
+    false: every trial is a fresh launch."""
+    warm_warmup_steps: int = 1
+    """Warm-up steps of a warm trial (a resident worker's second config on), at most
+    warmup_steps: its process, CUDA context, kernels and data are already up, so one step
+    absorbs what is new (the DataLoader's workers, FSDP's lazy init of a rebuilt model, a new
+    communicator's set-up at its first collective)."""
     command: tuple[str, ...] = ("-m", "objectives.fsdp_finetune")
     """What torchrun starts on every rank: `-m module` or a script path and its arguments.
     Any command that speaks the trial protocol (INTERFACES.md) works."""

@@ -106,5 +106,10 @@ class Launcher(abc.ABC):
         """Run one trial to the end (ok, failure or timeout). KeyboardInterrupt stops it and
         propagates after the job is gone."""
 
+    def warm(self) -> bool:
+        """Whether the next trial runs in a resident worker that is already up (its start-up
+        paid): budget admission then expects a warm trial's cost. Cold launchers: False."""
+        return False
+
     def close(self) -> None:
-        """Release what the launcher holds (e.g. a Slurm allocation)."""
+        """Release what the launcher holds (e.g. a Slurm allocation, a resident worker)."""

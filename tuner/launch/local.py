@@ -4,6 +4,9 @@
 log file. On timeout or Ctrl-C the whole group (torchrun and every rank, DataLoader workers
 included) gets SIGTERM, then SIGKILL after a grace period. GPU-seconds = world size x wall
 time measured here, start-up included.
+
+With ``[trial] resident = true`` (the default) one torchrun job stays up across trials
+(tuner.launch.resident): the first pays the start-up, the next are handed over as job files.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import time
 from tuner.launch.base import Launcher, TrialRequest, TrialResult, wall_limit_reason, wall_limit_s
 from tuner.launch.env import trial_environment
 from tuner.launch.protocol import trial_result, write_trial_config
+from tuner.launch.resident import ResidentRunner
+from tuner.spec import StudySpec
 
 __all__ = ["LocalLauncher", "kill_group"]
 
@@ -53,6 +58,21 @@ def kill_group(proc: subprocess.Popen, grace_s: float = _KILL_GRACE_S) -> None:
 class LocalLauncher(Launcher):
     name = "local"
 
+    def __init__(self, spec: StudySpec) -> None:
+        super().__init__(spec)
+        self.resident = ResidentRunner(name=self.name, world_size=spec.cluster.gpus_per_node,
+                                       start=self._start, kill=lambda proc, grace_s: kill_group(proc, grace_s))
+
+    def _start(self, request: TrialRequest, env: dict[str, str], log) -> subprocess.Popen:
+        return subprocess.Popen(self.command(request), env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent)
+
+    def warm(self) -> bool:
+        return self.spec.trial.resident and self.resident.warm()
+
+    def close(self) -> None:
+        self.resident.close()
+
     def command(self, request: TrialRequest) -> list[str]:
         cluster = request.spec.cluster
         return [sys.executable, "-m", "torch.distributed.run", "--standalone",
@@ -60,6 +80,8 @@ class LocalLauncher(Launcher):
                 *request.spec.trial.command]
 
     def launch(self, request: TrialRequest) -> TrialResult:
+        if request.spec.trial.resident:
+            return self.resident.launch(request)
         spec = request.spec
         world_size = spec.cluster.gpus_per_node  # local = one node, whatever the spec says
         request.run_dir.mkdir(parents=True, exist_ok=True)
@@ -72,9 +94,7 @@ class LocalLauncher(Launcher):
         timeout_s = wall_limit_s(request, world_size)
         t0 = time.monotonic()
         with open(log_path, "wb") as log:
-            proc = subprocess.Popen(self.command(request), env=env, stdout=log,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, preexec_fn=_die_with_parent)
+            proc = self._start(request, env, log)
             timed_out = False
             try:
                 proc.wait(timeout=timeout_s)

@@ -9,7 +9,11 @@ on top of it:
   at the first collective with NCCL's message;
 - OOM where `helper.estimate_memory` exceeds the GPU's memory, after start-up and one step;
 - start-up cost (`helper.estimate_startup_seconds`: interpreter, rendezvous, model build)
-  that grows with model size and node count, charged to every trial;
+  that grows with model size and node count, charged to every cold trial; with
+  ``[trial] resident`` a worker stays up after an ok trial, and the next pays only its
+  in-place reconfiguration (tuner.batching.setup_seconds) and trial.warm_warmup_steps; an
+  OOM or NCCL error (every rank fails alike) is recovered in place, a timeout ends the
+  worker, as in objectives/resident.py;
 - measurement noise: a per-trial offset (run-to-run variation, 1%), step-to-step AR(1)
   variation of the step time (phi 0.6, 3%), and an occasional straggler step (3% of steps,
   20-60% slower): step times of real jobs are autocorrelated (data-loader hiccups,
@@ -21,7 +25,9 @@ simulated (world size x simulated wall time); the study is flagged `simulated`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -39,8 +45,39 @@ NOISE = {"trial_offset_sd": 0.01, "ar1_phi": 0.6, "step_sd": 0.03,
 class SimLauncher(Launcher):
     name = "sim"
     simulated = True
+    _worker: dict | None = None  # the params of the resident worker's last trial
+    _failed = False  # whether that trial failed
+
+    def warm(self) -> bool:
+        return self.spec.trial.resident and self._worker is not None
+
+    def close(self) -> None:
+        self._worker = None
 
     def launch(self, request: TrialRequest) -> TrialResult:
+        from tuner import batching
+
+        warm = request.spec.trial.resident and self._worker is not None
+        level = knobs.reconfiguration(self._worker, request.params) if warm else "process"
+        if warm and self._failed and level in ("none", "data_loader", "model"):
+            level = "communicators"  # after a failure the worker takes a new model and communicators
+        result = self._launch(request, lambda parts: batching.setup_seconds(level, parts),
+                              warmup_steps=min(request.spec.trial.warmup_steps, request.spec.trial.warm_warmup_steps)
+                              if warm and level != "process" else request.spec.trial.warmup_steps)
+        # an OOM or a refused collective fails on every rank alike: the worker recovers in place
+        # (objectives/resident.py); a timeout kills it
+        self._worker = dict(request.params) if request.spec.trial.resident and result.status != "timeout" else None
+        self._failed = result.status != "ok"
+        world = result.world_size
+        extra = {**result.extra, "setup_gpu_seconds": world * (result.startup_seconds or 0.0)}
+        if request.spec.trial.resident:
+            extra.update(warm=warm, reconfigured=level)
+            if not warm:
+                extra["worker_startup_gpu_seconds"] = world * (result.startup_seconds or 0.0)
+        return dataclasses.replace(result, extra=extra)
+
+    def _launch(self, request: TrialRequest, setup: Callable[[dict[str, float]], float], *,
+                warmup_steps: int) -> TrialResult:
         from helper.collectives import UnsupportedCollective
         from helper.gpus import get_gpu
         from helper.memory import estimate_memory
@@ -51,7 +88,7 @@ class SimLauncher(Launcher):
         world = c.world_size
         model = spec.model.preset or spec.model.path
         rng = np.random.default_rng(np.random.SeedSequence([spec.study.seed, request.number, 0x5EED]))
-        startup_s = float(estimate_startup_seconds(model, world, gpu=c.gpu, gpus_per_node=c.gpus_per_node))
+        startup_s = setup(estimate_startup_seconds(model, world, gpu=c.gpu, gpus_per_node=c.gpus_per_node).details)
         common = dict(launcher=self.name, world_size=world, startup_seconds=startup_s)
 
         micro_batch, grad_accum = int(p["micro_batch"]), int(p["grad_accum"])
@@ -87,8 +124,8 @@ class SimLauncher(Launcher):
                                message=(f"CUDA out of memory (simulated): needs {memory['total']:.1f} GB "
                                         f"of {capacity_gb:.0f} GB per GPU"), **common)
 
-        times = _step_times(rng, step_time_s, spec.trial.warmup_steps + spec.trial.measure_steps)
-        warmup = spec.trial.warmup_steps
+        times = _step_times(rng, step_time_s, warmup_steps + spec.trial.measure_steps)
+        warmup = warmup_steps
         values: list[tuple[int, float]] = []
         stopped = ""
         for i in range(warmup, len(times)):

@@ -37,6 +37,11 @@ when no allocation could be had ``_MAX_ALLOCATION_FAILURES`` times in a row does
 raise :class:`SlurmError`, so a full cluster or a wrong partition stops the run instead of
 spinning.
 
+With ``[trial] resident`` (the default) the step stays up across trials as a resident
+worker (tuner.launch.resident): the next config is a job file in the trial folder on the
+shared filesystem; a timeout, Ctrl-C or close() cancels the step (close() first asks the
+worker to stop), and the allocation's lease covers a coordinator killed by kill -9.
+
 The Slurm client commands (scontrol, sacct, scancel), the holder script's text and the pure
 parsers of Slurm's output live in tuner.launch.slurm_commands; this module keeps the state
 (the allocation, its lease, the running step). SlurmError, diagnose_slurm_failure and
@@ -58,6 +63,7 @@ from pathlib import Path
 from tuner.launch.base import Launcher, TrialRequest, TrialResult, wall_limit_reason, wall_limit_s
 from tuner.launch.env import trial_environment
 from tuner.launch.protocol import trial_result, write_trial_config
+from tuner.launch.resident import ResidentRunner
 from tuner.launch.slurm_commands import (
     ALIVE_STATES,
     HOLDER_SCRIPT,
@@ -161,6 +167,7 @@ class SlurmLauncher(Launcher):
         self.lease_stale_s = int(lease_stale_s)
         self._allocation: _Allocation | None = None
         self._allocation_failures = 0
+        self._resident: ResidentRunner | None = None  # warm trials: one srun step of the allocation
 
     # ---------------------------------------------------------------- public
 
@@ -171,8 +178,14 @@ class SlurmLauncher(Launcher):
             self.close()
             raise
 
+    def warm(self) -> bool:
+        return self._resident is not None and self._resident.warm()
+
     def close(self) -> None:
         """scancel the allocation (and with it any step still running); idempotent."""
+        resident, self._resident = self._resident, None
+        if resident is not None:
+            resident.close()  # a stop job first: the worker leaves its step cleanly
         allocation, self._allocation = self._allocation, None
         if allocation is not None:
             allocation.lease.release()  # a job we never learned the id of ends by itself too
@@ -223,6 +236,10 @@ class SlurmLauncher(Launcher):
                                extra={"slurm_failure": True})
         self._allocation_failures = 0
 
+        if spec.trial.resident:
+            result = self._resident_runner(allocation).launch(replace(request, run_dir=trial_dir))
+            return self._checked(result, allocation, log_path=Path(result.log_path or log_path),
+                                 timed_out=result.status == "timeout")
         env = trial_environment(request.params, client_env(os.environ),
                                 config_path=str(config_path), result_path=str(result_path))
         step_name = f"trial-{request.number:04d}"
@@ -251,6 +268,34 @@ class SlurmLauncher(Launcher):
                               returncode=proc.returncode, result_path=result_path,
                               log_path=log_path, timed_out=timed_out,
                               timeout_message=wall_limit_reason(request, world_size))
+        return self._checked(result, allocation, log_path=log_path, timed_out=timed_out)
+
+    def _resident_runner(self, allocation: _Allocation) -> ResidentRunner:
+        """The allocation's resident worker: an srun step (named after its first trial) that
+        runs trial after trial; a kill cancels that step, and the allocation stays."""
+        if self._resident is None:
+            def start(request: TrialRequest, env: dict[str, str], log) -> subprocess.Popen:
+                allocation.trials += 1
+                cmd = self.command(request, allocation.job_id, allocation.rdzv_host)
+                name = f"trial-{request.number:04d}"  # the worker's step is named after its first trial
+                proc = subprocess.Popen(cmd, env=env, stdout=log,
+                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                proc.step_name = name  # type: ignore[attr-defined]
+                return proc
+
+            def kill(proc: subprocess.Popen, grace_s: float) -> None:
+                if proc.poll() is None and self._allocation is not None:
+                    self._cancel_step(allocation.job_id, proc.step_name)  # type: ignore[attr-defined]
+                reap(proc, max(grace_s, _CANCEL_GRACE_S))
+
+            self._resident = ResidentRunner(name=self.name, world_size=self.spec.cluster.world_size,
+                                            start=start, kill=kill, base_env=lambda: client_env(os.environ))
+        return self._resident
+
+    def _checked(self, result: TrialResult, allocation: _Allocation, *, log_path: Path,
+                 timed_out: bool) -> TrialResult:
+        """A finished step's result with the allocation's ids, or a Slurm failure (node lost,
+        preemption) marked as not the config's fault."""
         extra = {**result.extra, "slurm_job_id": allocation.job_id, "slurm_nodes": ",".join(allocation.nodes)}
         if result.status == "ok" or timed_out:
             return replace(result, extra=extra)

@@ -1,0 +1,145 @@
+"""Warm trials, pure: what a trial will cost when a resident worker is (or is not) up, how
+much of the GPU time start-up took, and an order of configs that lets one worker run them.
+
+Plain data in, numbers out; the coordinator feeds ``estimate_from_trials`` the study's
+trials, the bench and the tests call the rest.
+
+A trial run by a resident worker records ``warm`` (bool) and, for the worker's first trial,
+``worker_startup_gpu_seconds`` (world size x its start-up seconds, charged to that trial:
+tuner.launch.resident). Its *net* cost is what it cost beyond that start-up.
+
+Example:
+    >>> costs = [Cost(gpu_seconds=50.0, worker_startup_gpu_seconds=30.0, warm=False),
+    ...          Cost(gpu_seconds=12.0, warm=True), Cost(gpu_seconds=10.0, warm=True)]
+    >>> estimate_cost(costs, first_estimate_gpu_seconds=40.0, warm=True)
+    12.0
+    >>> estimate_cost(costs, first_estimate_gpu_seconds=40.0, warm=False)
+    42.0
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tuner import knobs
+
+__all__ = ["Cost", "estimate_cost", "costs_from_trials", "estimate_from_trials", "reuse_order", "RECENT",
+           "setup_seconds", "DATA_LOADER_S"]
+
+RECENT = 10
+"""Estimates use the last this many finished trials (as tuner.budget.estimate_trial_cost)."""
+DATA_LOADER_S = 2.0
+"""Seconds a warm trial spends on its new DataLoader (built for every config: its seed sets
+the batch order) and freeing the previous config's memory. objectives/resident.py measured
+0.5-1.1 s (`setup_seconds`) on the 2-core CPU VM for the quickstart; 2 s allows for a
+tokenizer-heavy loader on a GPU node (an assumption, not a measurement)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cost:
+    """What one finished trial cost."""
+
+    gpu_seconds: float
+    worker_startup_gpu_seconds: float | None = None
+    """Its worker's start-up, when this trial was the worker's first."""
+    warm: bool | None = None
+    """True: ran in a worker already up; False: started one; None: a cold launch (no worker)."""
+    ok: bool = True
+    """Finished with status ok (a failure is cheap and says little about the next config)."""
+
+    @property
+    def net_gpu_seconds(self) -> float:
+        return max(0.0, self.gpu_seconds - (self.worker_startup_gpu_seconds or 0.0))
+
+
+def estimate_cost(costs: Sequence[Cost], *, first_estimate_gpu_seconds: float, warm: bool) -> float:
+    """Expected GPU-seconds of the next trial: warm (a worker is up) or not.
+
+    Before any trial finished, the first estimate. With no resident trial among the recent
+    ones, the median cost (tuner.budget's rule). Otherwise the median net cost, plus, when the
+    next trial starts a worker, the median start-up of the recent workers. Net costs are
+    those of the recent ok trials (when any): failures end early, and a cheap failure in the
+    median would shrink the next trial's cap (3x the estimate) below an ok trial's cost.
+    """
+    recent = list(costs)[-RECENT:]
+    if not recent:
+        return first_estimate_gpu_seconds
+    if all(c.warm is None for c in recent):
+        return float(statistics.median(c.gpu_seconds for c in recent))
+    measured = [c for c in recent if c.ok] or recent
+    net = float(statistics.median(c.net_gpu_seconds for c in measured))
+    if warm:
+        return net
+    startups = [c.worker_startup_gpu_seconds for c in recent if c.worker_startup_gpu_seconds is not None]
+    if not startups:
+        return max(net, first_estimate_gpu_seconds)
+    return net + float(statistics.median(startups))
+
+
+def costs_from_trials(trials: Iterable[Any]) -> list[Cost]:
+    """The finished trials' costs in trial order (Optuna FrozenTrials or anything with
+    number, state.name and user_attrs)."""
+    out = []
+    for t in sorted(trials, key=lambda t: t.number):
+        a: Mapping[str, Any] = t.user_attrs
+        if t.state.name != "COMPLETE" or a.get("gpu_seconds") is None:
+            continue
+        startup = a.get("worker_startup_gpu_seconds")
+        out.append(Cost(gpu_seconds=float(a["gpu_seconds"]), warm=a.get("warm"), ok=a.get("status") == "ok",
+                        worker_startup_gpu_seconds=None if startup is None else float(startup)))
+    return out
+
+
+def estimate_from_trials(trials: Iterable[Any], *, first_estimate_gpu_seconds: float, warm: bool) -> float:
+    """:func:`estimate_cost` over a study's trials."""
+    return estimate_cost(costs_from_trials(trials), first_estimate_gpu_seconds=first_estimate_gpu_seconds,
+                         warm=warm)
+
+
+def reuse_order(current: Mapping[str, Any] | None, candidates: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Indices of ``candidates`` in an order one worker runs them with the least rebuilding:
+    greedily the config whose change from the previous one is lightest
+    (tuner.knobs.reconfiguration), ties in the given order.
+
+    Example:
+        >>> reuse_order({"activation_checkpointing": False},
+        ...             [{"activation_checkpointing": True}, {"micro_batch": 4}, {"micro_batch": 2}])
+        [1, 2, 0]
+    """
+    left, order, prev = list(range(len(candidates))), [], current
+    while left:
+        weights = {i: 0 if prev is None else knobs.RECONFIGURE.index(knobs.reconfiguration(prev, candidates[i]))
+                   for i in left}
+        best = min(left, key=lambda i: (weights[i], i))
+        order.append(best)
+        left.remove(best)
+        prev = candidates[best]
+    return order
+
+
+def setup_seconds(level: str, startup_parts: Mapping[str, float]) -> float:
+    """Seconds before a trial's warm-up in a resident worker, for a reconfiguration ``level``
+    (tuner.knobs.RECONFIGURE), from the parts of a cold start-up
+    (helper.throughput.estimate_startup_seconds' details: fixed_s, rendezvous_s,
+    model_init_s, load_weights_s).
+
+    ``none`` and ``data_loader`` pay :data:`DATA_LOADER_S`; ``model`` adds the model build from
+    meta-device init (random weights: no checkpoint read); ``communicators`` adds the
+    communicator set-up (the rendezvous part: NCCL's bootstrap); ``process`` is a cold start.
+
+    Example:
+        >>> parts = {"fixed_s": 60.0, "rendezvous_s": 2.3, "model_init_s": 21.0, "load_weights_s": 0.0}
+        >>> [setup_seconds(lv, parts) for lv in ("none", "model", "communicators", "process")]
+        [2.0, 23.0, 25.3, 83.3]
+    """
+    if level == "process":
+        return float(sum(startup_parts.values()))
+    total = DATA_LOADER_S
+    if knobs.RECONFIGURE.index(level) >= knobs.RECONFIGURE.index("model"):
+        total += startup_parts.get("model_init_s", 0.0)
+    if level == "communicators":
+        total += startup_parts.get("rendezvous_s", 0.0)
+    return float(total)
