@@ -248,6 +248,7 @@ def analyze_record(record: StudyRecord, *, n_boot: int = 30, seed: int = 0) -> d
         "n_trials": len(finished), "n_ok": len(ok),
         "n_failed": {s: sum(t.status == s for t in finished) for s in ("oom", "timeout", "error", "fail")},
         "n_skipped": sum(t.status == "skipped" for t in trials),
+        "n_pruned": sum(t.status == "pruned" for t in trials),
         "budget": {"limit_gpu_hours": record.limit_gpu_seconds / 3600, "used_gpu_hours": used / 3600,
                    "startup_share": startup_share(finished)},
         "baseline": baseline, "best": best, "importance": importance,

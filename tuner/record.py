@@ -59,8 +59,8 @@ def trial_status(t: optuna.trial.FrozenTrial) -> str:
     """
     if t.state == TrialState.COMPLETE:
         return t.user_attrs.get("status", "ok")
-    if t.state == TrialState.FAIL and t.user_attrs.get("status") == "skipped":
-        return "skipped"
+    if t.state == TrialState.FAIL and t.user_attrs.get("status") in ("skipped", "pruned"):
+        return t.user_attrs["status"]
     return {"FAIL": "fail", "RUNNING": "running", "WAITING": "waiting"}.get(t.state.name, t.state.name.lower())
 
 
