@@ -258,6 +258,7 @@ def analyze_record(record: StudyRecord, *, n_boot: int = 30, seed: int = 0) -> d
                     "ablation_knob": t.ablation_knob, "gpu_seconds": t.gpu_seconds,
                     "startup_share": startup_share([t]),
                     "message": t.message or None,
+                    "predicted_tokens_per_sec_per_gpu": t.predicted_tokens_per_sec_per_gpu,
                     "tokens_per_sec_per_gpu": _public(mean_ci(t.steps)) if t.status == "ok" else None}
                    for t in finished],
         "spec": spec,

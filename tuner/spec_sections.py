@@ -16,7 +16,7 @@ __all__ = ["StudySection", "ModelSection", "DataSection", "ClusterSection", "Tri
 
 KNOWN_KNOBS = tuple(KNOBS)
 """Every knob a spec's [space] may search (the catalogue, tuner.knobs)."""
-SAMPLERS = ("tpe", "tpe-multivariate", "random", "gp", "grid", "auto")
+SAMPLERS = ("tpe", "tpe-multivariate", "random", "gp", "grid", "auto", "model")
 BACKENDS = ("nccl", "gloo")
 LAUNCHERS = ("local", "slurm", "sim")
 DTYPES = ("auto", "bf16", "fp16", "fp32")
