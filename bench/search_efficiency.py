@@ -51,7 +51,9 @@ optuna.logging.set_verbosity(optuna.logging.ERROR)
 warnings.filterwarnings("ignore")
 
 SPECS = ("studies/llama7b-h100x32.toml", "studies/sim-llama13b-h100x8.toml", "studies/sim-llama1b-a100x16.toml")
-STRATEGIES = ("random", "tpe", "gp", "model", "model-only")
+STRATEGIES = ("random", "tpe", "gp", "model", "model-only", "auto", "tpe-multivariate", "grid")
+ALIASES = {"tuner-default": "auto", "tpe-mv-group-liar": "tpe-multivariate", "tpe-default": "tpe"}
+"""Names earlier rounds of this bench used."""
 CHECKPOINTS_GPUH = (10, 20)
 TARGET = 0.99
 
@@ -111,7 +113,7 @@ def run_one(spec, truth_of, optimum, limit_s):
     if base:
         study.enqueue_trial(base, user_attrs={"role": "baseline"})
     used, at = 0.0, {}
-    counts = {"trials": 0, "launched_failed": 0, "pruned": 0}
+    counts = {"trials": 0, "launched_failed": 0, "launched_nccl_error": 0, "pruned": 0}
     while True:
         trials = study.get_trials(deepcopy=False)
         admission = scheduling.next_admission(
@@ -136,6 +138,7 @@ def run_one(spec, truth_of, optimum, limit_s):
         result = launcher.launch(request)
         record_result(study, trial, result)
         counts["launched_failed"] += result.status in ("oom", "error")
+        counts["launched_nccl_error"] += result.status == "error"
         used += result.gpu_seconds
         for h in CHECKPOINTS_GPUH:
             if used / 3600 <= h:
@@ -154,6 +157,11 @@ def recommended_share(study, truth_of, optimum) -> float:
     return truth_of(max(ok, key=lambda t: t.value).params) / optimum
 
 
+def _counts(name: str, c: dict) -> str:
+    return (f"{name} trials={c['trials']} failed={c['launched_failed']} (nccl {c['launched_nccl_error']}) "
+            f"pruned={c['pruned']}")
+
+
 def summary(runs) -> dict:
     final = [r[0] for r in runs]
     return {"n": len(final), "share_ge_99": sum(f >= TARGET for f in final) / len(final),
@@ -165,16 +173,46 @@ def summary(runs) -> dict:
             "pruned": statistics.mean(r[2]["pruned"] for r in runs), "final": final}
 
 
+def summarize_logs(paths) -> str:
+    """The table from the per-seed lines of one or more logs (a cell split over processes)."""
+    import re
+
+    finals: dict[tuple[str, str, str], dict[int, float]] = {}
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            m = re.match(r"\s+(\S+) (\S+) seed (\d+)/\d+: (.*?)(?: \[| \|)", line)
+            if not m:
+                continue
+            cluster, kind, seed = m.group(1), m.group(2), int(m.group(3))
+            for name, value in re.findall(r"(\S+) (\d\.\d+)", m.group(4)):
+                finals.setdefault((cluster, kind, name), {})[seed] = float(value)
+    rows = ["| cluster | physics | strategy | runs | runs >= 99% | median | worst tenth | min |",
+            "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for (cluster, kind, name), by_seed in sorted(finals.items()):
+        f = list(by_seed.values())
+        rows.append(f"| {cluster} | {kind} | {name} | {len(f)} | {sum(x >= TARGET for x in f) / len(f):.0%} | "
+                    f"{statistics.median(f):.3f} | {float(np.percentile(f, 10)):.3f} | {min(f):.3f} |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--budget-gpuh", type=float, default=40.0)
-    parser.add_argument("--strategies", default=",".join(STRATEGIES), help=f"comma list of {', '.join(STRATEGIES)}")
+    parser.add_argument("--strategies", default="random,tpe,gp,model,model-only",
+                        help=f"comma list of {', '.join(STRATEGIES)} (`auto`: tuner's default sampler)")
+    parser.add_argument("--no-adaptive", action="store_true", help="measure every trial fully (spec.trial.adaptive off)")
     parser.add_argument("--physics", default="matched,mismatched", help="comma list: matched, mismatched")
     parser.add_argument("--only", default="", help="comma list of cluster names (e.g. sim-llama1b-a100x16)")
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1 "
+                        "(split one cell over processes; summarize their logs with --from-logs)")
     parser.add_argument("--quick", action="store_true", help="2 seeds, one cluster")
     parser.add_argument("--out", type=Path, help="write the raw results as JSON (rewritten after every cell)")
+    parser.add_argument("--from-logs", nargs="+", type=Path, help="only summarise the per-seed lines of these logs")
     args = parser.parse_args()
+    if args.from_logs:
+        print(summarize_logs(args.from_logs))
+        return
     seeds = 2 if args.quick else args.seeds
     specs = SPECS[:1] if args.quick else SPECS
     if args.only:
@@ -182,7 +220,7 @@ def main() -> None:
         if unknown := [w for w in wanted if not any(Path(p).stem == w for p in SPECS)]:
             parser.error(f"--only: unknown cluster {', '.join(unknown)}; one of {', '.join(Path(p).stem for p in SPECS)}")
         specs = tuple(p for p in SPECS if Path(p).stem in wanted)
-    strategies = args.strategies.split(",")
+    strategies = [ALIASES.get(s, s) for s in args.strategies.split(",")]
     if bad := [s for s in strategies if s not in STRATEGIES]:
         parser.error(f"--strategies: unknown {', '.join(bad)}; one of {', '.join(STRATEGIES)}")
     results: dict[str, dict] = {}
@@ -190,10 +228,12 @@ def main() -> None:
     for path in specs:
         spec0 = load_spec(ROOT / path).with_launcher("sim")
         spec0 = dataclasses.replace(spec0, study=dataclasses.replace(spec0.study, ablation_share=0.0))
+        if args.no_adaptive:
+            spec0 = dataclasses.replace(spec0, trial=dataclasses.replace(spec0.trial, adaptive=False))
         for kind in args.physics.split(","):
             runs: dict[str, list] = {s: [] for s in strategies}
             truths: dict[str, tuple[Truth, float]] = {}
-            for seed in range(seeds):
+            for seed in range(args.first_seed, args.first_seed + seeds):
                 spec = with_(spec0, seed=seed, physics="matched" if kind == "matched" else f"perturbed:{seed}")
                 if spec.cluster.sim_physics not in truths:  # matched: one truth for every seed
                     truth_of = Truth(spec)
@@ -204,12 +244,13 @@ def main() -> None:
                         from tuner.model_sampler import top_prediction
                         share = truth_of(top_prediction(spec)) / optimum
                         runs[name].append((share, dict.fromkeys(CHECKPOINTS_GPUH, share), dict.fromkeys(
-                            ("trials", "launched_failed", "pruned"), 0)))
+                            ("trials", "launched_failed", "launched_nccl_error", "pruned"), 0)))
                         continue
                     runs[name].append(run_one(with_(spec, seed=seed, physics=spec.cluster.sim_physics, sampler=name),
                                               truth_of, optimum, args.budget_gpuh * 3600))
-                print(f"  {spec.study.name} {kind} seed {seed + 1}/{seeds}: "
+                print(f"  {spec.study.name} {kind} seed {seed + 1}/{args.first_seed + seeds}: "
                       + " ".join(f"{n} {runs[n][-1][0]:.3f}" for n in strategies)
+                      + " | " + " ".join(_counts(n, runs[n][-1][2]) for n in strategies if n != "model-only")
                       + f" [{time.perf_counter() - t0:.0f}s]", file=sys.stderr, flush=True)
             for name in strategies:
                 results[f"{spec0.study.name}|{kind}|{name}"] = summary(runs[name])

@@ -24,6 +24,7 @@ A pruned trial is FAIL with user attrs ``status = pruned``, ``gpu_seconds = 0`` 
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -68,16 +69,22 @@ def _row_len(params: dict[str, Any], seq_len: int) -> int:
 
 def predicted_memory_gb(spec: StudySpec, params: dict[str, Any]) -> float | None:
     """helper.estimate_memory's peak per GPU for a complete config (None: no preset)."""
-    from helper import estimate_memory
-
     if not spec.model.preset:
         return None
     c = spec.cluster
-    return float(estimate_memory(
-        spec.model.preset, c.world_size, sharding="zero3", micro_batch=int(params["micro_batch"]),
-        seq_len=_row_len(params, spec.model.seq_len), activation_checkpointing=bool(params["activation_checkpointing"]),
-        grad_accum=int(params["grad_accum"]), reshard_after_forward=knobs.fsdp_reshard_after_forward(params),
-        gpu=c.gpu)["total"])
+    return _memory(spec.model.preset, c.world_size, c.gpu, int(params["micro_batch"]),
+                   _row_len(params, spec.model.seq_len), bool(params["activation_checkpointing"]),
+                   int(params["grad_accum"]), knobs.fsdp_reshard_after_forward(params))
+
+
+@functools.lru_cache(maxsize=4096)
+def _memory(preset: str, world: int, gpu: str, micro_batch: int, seq_len: int, ckpt: bool, grad_accum: int,
+            reshard: bool) -> float:
+    from helper import estimate_memory
+
+    return float(estimate_memory(preset, world, sharding="zero3", micro_batch=micro_batch, seq_len=seq_len,
+                                 activation_checkpointing=ckpt, grad_accum=grad_accum,
+                                 reshard_after_forward=reshard, gpu=gpu)["total"])
 
 
 def nccl_problem(spec: StudySpec, nccl_algo: str, nccl_proto: str) -> tuple[str, bool] | None:
