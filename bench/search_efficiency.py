@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from tuner import knobs, scheduling  # noqa: E402
 from tuner.budget import ledger_from_trials  # noqa: E402
-from tuner.coordinator import adaptive_bar, end_unrun, record_result  # noqa: E402
+from tuner.coordinator import MAX_PRUNED_IN_A_ROW, adaptive_bar, end_unrun, record_result  # noqa: E402
 from tuner.launch import TrialRequest  # noqa: E402
 from tuner.launch.sim import SimLauncher  # noqa: E402
 from tuner.launch.sim_physics import physics_for, truth  # noqa: E402
@@ -112,7 +112,7 @@ def run_one(spec, truth_of, optimum, limit_s):
     base = baseline_params(spec)
     if base:
         study.enqueue_trial(base, user_attrs={"role": "baseline"})
-    used, at = 0.0, {}
+    used, at, pruned_in_a_row = 0.0, {}, 0
     counts = {"trials": 0, "launched_failed": 0, "launched_nccl_error": 0, "pruned": 0}
     while True:
         trials = study.get_trials(deepcopy=False)
@@ -120,8 +120,8 @@ def run_one(spec, truth_of, optimum, limit_s):
             ledger_from_trials(trials, limit_s), first_estimate_gpu_seconds=scheduling.first_estimate(spec),
             search_limit_gpu_seconds=limit_s, ablation=False, ablation_planned=False,
             queued=any(t.state == optuna.trial.TrialState.WAITING for t in trials))
-        if admission.action != "launch" or counts["trials"] > 400:
-            break
+        if admission.action != "launch" or pruned_in_a_row >= MAX_PRUNED_IN_A_ROW:
+            break  # the coordinator's rule: a sampler that proposes only screened-out configs stops
         trial = study.ask()
         params = suggest_params(trial, spec)
         counts["trials"] += 1
@@ -129,7 +129,9 @@ def run_one(spec, truth_of, optimum, limit_s):
         if verdict is not None:
             end_unrun(study, trial, "pruned", verdict.reason)
             counts["pruned"] += 1
+            pruned_in_a_row += 1
             continue
+        pruned_in_a_row = 0
         trial.set_user_attr("reserved_gpu_seconds", admission.cap_gpu_seconds)
         request = TrialRequest(study_name="bench", number=trial.number, params=complete_params(params, spec),
                                spec=spec, run_dir=Path("/nonexistent"), max_gpu_seconds=admission.cap_gpu_seconds,
