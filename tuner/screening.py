@@ -149,18 +149,18 @@ def screen(study: optuna.Study, spec: StudySpec, params: dict[str, Any], *, laun
             for t in trials):
         message, certain = problem
         if certain:
-            return Verdict(rule="nccl", reason=f"pruned: NCCL cannot run this ({message})")
+            return Verdict(rule="nccl", reason=f"NCCL cannot run this ({message})")
         checks = dict(study.user_attrs.get(_PREFLIGHT_ATTR) or {})
         key = f"{algo}|{proto}"
         if key not in checks and launcher is not None and hasattr(launcher, "preflight_nccl"):
             checks[key] = launcher.preflight_nccl(spec, algo, proto) or "ok"
             study.set_user_attr(_PREFLIGHT_ATTR, checks)
         if checks.get(key, "ok") != "ok":
-            return Verdict(rule="nccl", reason=f"pruned: this cluster's NCCL preflight failed ({checks[key]})")
+            return Verdict(rule="nccl", reason=f"this cluster's NCCL preflight failed ({checks[key]})")
         failed = next((t.number for t in trials if t.state == TrialState.COMPLETE
                        and t.user_attrs.get("status") == "error" and _same_nccl(t, params, spec)), None)
         if failed is not None:
-            return Verdict(rule="nccl", reason=f"pruned: trial {failed} failed with this NCCL setting ({message})")
+            return Verdict(rule="nccl", reason=f"trial {failed} failed with this NCCL setting ({message})")
 
     pred = predicted_memory_gb(spec, params)
     if pred is None:
@@ -170,7 +170,7 @@ def screen(study: optuna.Study, spec: StudySpec, params: dict[str, Any], *, laun
     capacity = get_gpu(spec.cluster.gpu).memory_gb
     low = memory_ratio_low(trials, spec)
     if pred * low > capacity:
-        return Verdict(rule="memory", reason=(f"pruned: predicted {pred:.1f} GB x margin {low:.2f} learned from this "
+        return Verdict(rule="memory", reason=(f"predicted {pred:.1f} GB x margin {low:.2f} learned from this "
                                               f"study exceeds the GPU's {capacity:.0f} GB"))
     mb, ckpt, accum = int(params["micro_batch"]), bool(params["activation_checkpointing"]), int(params["grad_accum"]) > 1
     for t in trials:
@@ -181,6 +181,6 @@ def screen(study: optuna.Study, spec: StudySpec, params: dict[str, Any], *, laun
         if (o_pred is not None and pred >= o_pred and mb >= int(o["micro_batch"])
                 and (not ckpt or bool(o["activation_checkpointing"])) and accum == (int(o["grad_accum"]) > 1)
                 and _row_len(params, spec.model.seq_len) >= _row_len(o, spec.model.seq_len)):
-            return Verdict(rule="memory", reason=(f"pruned: trial {t.number} ran out of memory with no more "
+            return Verdict(rule="memory", reason=(f"trial {t.number} ran out of memory with no more "
                                                   f"memory predicted ({o_pred:.1f} GB <= {pred:.1f} GB)"))
     return None
