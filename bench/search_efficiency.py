@@ -176,7 +176,9 @@ def summary(runs) -> dict:
 
 
 def summarize_logs(paths) -> str:
-    """The table from the per-seed lines of one or more logs (a cell split over processes)."""
+    """The table from the per-seed lines of one or more logs (a cell split over processes); a
+    seed logged twice keeps the later file's value, and each strategy is compared with random
+    seed by seed (same seed = same mismatched cluster)."""
     import re
 
     finals: dict[tuple[str, str, str], dict[int, float]] = {}
@@ -194,6 +196,15 @@ def summarize_logs(paths) -> str:
         f = list(by_seed.values())
         rows.append(f"| {cluster} | {kind} | {name} | {len(f)} | {sum(x >= TARGET for x in f) / len(f):.0%} | "
                     f"{statistics.median(f):.3f} | {float(np.percentile(f, 10)):.3f} | {min(f):.3f} |")
+    rows.append("")
+    for (cluster, kind, name), by_seed in sorted(finals.items()):
+        rand = finals.get((cluster, kind, "random"), {})
+        common = sorted(set(by_seed) & set(rand))
+        if name != "random" and common:
+            below = sum(by_seed[k] < rand[k] for k in common)
+            worse = sum(by_seed[k] < rand[k] - 0.005 for k in common)
+            rows.append(f"{cluster} {kind} {name}: below random on {below} of {len(common)} common seeds "
+                        f"(by more than 0.5% on {worse})")
     return "\n".join(rows)
 
 
