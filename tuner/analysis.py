@@ -189,6 +189,7 @@ def analyze_record(record: StudyRecord, *, n_boot: int = N_BOOT, seed: int = 0) 
         "n_trials": len(finished), "n_ok": len(ok),
         "n_failed": {s: sum(t.status == s for t in finished) for s in ("oom", "timeout", "error", "fail")},
         "n_skipped": sum(t.status == "skipped" for t in trials),
+        "n_pruned": sum(t.status == "pruned" for t in trials),
         "budget": {"limit_gpu_hours": record.limit_gpu_seconds / 3600, "used_gpu_hours": used / 3600,
                    "startup_share": startup_share(finished)},
         "baseline": baseline, "best": best, "importance": importance, "importance_model": importance_model,
@@ -206,6 +207,7 @@ def analyze_record(record: StudyRecord, *, n_boot: int = N_BOOT, seed: int = 0) 
                     "ablation_knob": t.ablation_knob, "gpu_seconds": t.gpu_seconds,
                     "startup_share": startup_share([t]),
                     "message": t.message or None,
+                    "predicted_tokens_per_sec_per_gpu": t.predicted_tokens_per_sec_per_gpu,
                     "tokens_per_sec_per_gpu": _public(cis.get(t.number)) if t.status == "ok" else None,
                     "n_eff": (cis.get(t.number) or {}).get("n_eff"),
                     "warmup_steps_dropped": (cis.get(t.number) or {}).get("warmup_steps_dropped")}

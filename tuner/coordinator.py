@@ -33,12 +33,16 @@ from tuner.budget import ledger_from_trials
 from tuner.errors import SpecError
 from tuner.launch import Launcher, TrialRequest, TrialResult, get_launcher
 from tuner.optuna_internals import rdb_storage, study_storage, trial_id
+from tuner.screening import is_deliberate, screen
 from tuner.space import complete_params, suggest_params
 from tuner.spec import StudySpec, study_name_problem
 from tuner.storage import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, admission_lock, with_retries
 from tuner.study import RunSummary, open_study, retry_once, summarize
 
-__all__ = ["RunOptions", "TrialEvent", "run_study", "record_result", "adaptive_bar"]
+__all__ = ["RunOptions", "TrialEvent", "run_study", "record_result", "adaptive_bar", "end_unrun"]
+
+MAX_PRUNED_IN_A_ROW = 200
+"""Screened-out proposals in one admission before the coordinator stops asking."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,8 +140,7 @@ def run_study(spec: StudySpec, options: RunOptions,
             if options.max_trials is not None and launched >= options.max_trials:
                 stopped = "max_trials"
                 break
-            admitted = with_retries(lambda: _admit(study, raw_storage, spec, limits, options.ablation, asked,
-                                                   warm=launcher.warm()),
+            admitted = with_retries(lambda: _admit(study, raw_storage, spec, limits, options.ablation, asked, launcher),
                                     what="admitting a trial")
             if admitted is None:
                 # Nothing fits now. A trial running elsewhere (another coordinator's, or a dead
@@ -192,14 +195,16 @@ def run_study(spec: StudySpec, options: RunOptions,
 
 
 def _admit(study: optuna.Study, raw_storage: Any, spec: StudySpec, limits: tuple[float, float],
-           ablation: bool, asked: list[optuna.Trial], *, warm: bool = False):
+           ablation: bool, asked: list[optuna.Trial], launcher: Launcher | None = None):
     """Under the admission lock: check the budget, ask, reserve. None when nothing fits.
 
     ``asked`` carries trials across retries: one asked for by an attempt that a dropped
     connection cut short is RUNNING with nobody to run it, so the next attempt fails it (and
-    re-enqueues its config once) before asking again. ``warm``: the launcher's resident
-    worker is up, so the next trial costs no start-up (tuner.batching).
+    re-enqueues its config once) before asking again. ``launcher``: screens configs
+    (tuner.screening, its NCCL preflight) and says whether its resident worker is up, so the
+    next trial costs no start-up (tuner.batching).
     """
+    warm = launcher.warm() if launcher is not None else False
     while asked:
         _abandon_admission(study, asked[0])
         asked.pop(0)
@@ -223,13 +228,22 @@ def _admit(study: optuna.Study, raw_storage: Any, spec: StudySpec, limits: tuple
             admission = decide(True, True) if plan_ablation_once(study, spec, trials) else None
         if admission is None or admission.action != "launch":
             return None
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # "Heartbeat ... used with Study.optimize"
-            trial = study.ask()
-        asked.append(trial)
-        # a beat at once: if this process dies before launching, the trial goes stale
-        raw_storage.record_heartbeat(trial_id(trial))
-        params = suggest_params(trial, spec)
+        for _ in range(MAX_PRUNED_IN_A_ROW):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # "Heartbeat ... used with Study.optimize"
+                trial = study.ask()
+            asked.append(trial)
+            # a beat at once: if this process dies before launching, the trial goes stale
+            raw_storage.record_heartbeat(trial_id(trial))
+            params = suggest_params(trial, spec)
+            verdict = None if is_deliberate(trial.user_attrs) else screen(
+                study, spec, complete_params(params, spec), launcher=launcher)
+            if verdict is None:
+                break
+            end_unrun(study, trial, "pruned", verdict.reason)  # known-bad: 0 GPU-s (tuner.screening)
+            asked.clear()
+        else:
+            return None  # the sampler proposes nothing that can run
         trial.set_user_attr("reserved_gpu_seconds", float(admission.cap_gpu_seconds))
         trial.set_user_attr("estimated_gpu_seconds", float(admission.estimate_gpu_seconds))
         trial.set_user_attr("launcher", spec.cluster.launcher)
@@ -273,19 +287,23 @@ def _skip_unrunnable(study: optuna.Study, raw_storage: Any) -> list[int]:
     would sit in the study (and the dashboard) forever; they become FAIL with status
     `skipped`, no GPU time and a message, which analysis leaves out. Returns their numbers.
     """
-    storage = study_storage(study)
     with admission_lock(raw_storage, study.study_name):
         trials = study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
         if any(t.state == TrialState.RUNNING for t in trials):
             return []  # another coordinator just started one; it ends the study
         for t in trials:
             what = t.user_attrs.get("role") or ("retry" if "retry_of" in t.user_attrs else "queued")
-            attrs = {"status": "skipped", "gpu_seconds": 0.0,
-                     "message": f"not run: the budget was spent before this {what} run"}
-            for key, value in attrs.items():
-                storage.set_trial_user_attr(trial_id(t), key, value)
-            storage.set_trial_state_values(trial_id(t), TrialState.FAIL)
+            end_unrun(study, t, "skipped", f"not run: the budget was spent before this {what} run")
     return [t.number for t in trials]
+
+
+def end_unrun(study: optuna.Study, trial: optuna.Trial | optuna.trial.FrozenTrial, status: str, message: str) -> None:
+    """End a trial that never ran (`skipped`, `pruned`): FAIL, no GPU time, a status and a
+    message, which analysis reports but never counts as a measurement."""
+    storage = study_storage(study)
+    for key, value in {"status": status, "gpu_seconds": 0.0, "message": message}.items():
+        storage.set_trial_user_attr(trial_id(trial), key, value)
+    storage.set_trial_state_values(trial_id(trial), TrialState.FAIL)
 
 
 def record_result(study: optuna.Study, trial: optuna.Trial, result: TrialResult) -> None:

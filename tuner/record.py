@@ -35,6 +35,8 @@ class TrialRecord:
     the objective's `startup_seconds`; None when the trial did not report it."""
     message: str = ""
     datetime_complete: str | None = None
+    predicted_tokens_per_sec_per_gpu: float | None = None
+    """What the model-guided sampler's calibrated model expected (tuner.model_sampler), or None."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,8 +63,8 @@ def trial_status(t: optuna.trial.FrozenTrial) -> str:
     """
     if t.state == TrialState.COMPLETE:
         return t.user_attrs.get("status", "ok")
-    if t.state == TrialState.FAIL and t.user_attrs.get("status") == "skipped":
-        return "skipped"
+    if t.state == TrialState.FAIL and t.user_attrs.get("status") in ("skipped", "pruned"):
+        return t.user_attrs["status"]
     return {"FAIL": "fail", "RUNNING": "running", "WAITING": "waiting"}.get(t.state.name, t.state.name.lower())
 
 
@@ -85,6 +87,6 @@ def study_record(study: optuna.Study) -> StudyRecord:
             gpu_seconds=a.get("gpu_seconds"), reserved_gpu_seconds=a.get("reserved_gpu_seconds"),
             startup_gpu_seconds=(a["startup_seconds"] * a["world_size"]
                                  if a.get("startup_seconds") is not None and a.get("world_size") else None),
-            message=a.get("message", ""),
+            message=a.get("message", ""), predicted_tokens_per_sec_per_gpu=a.get("predicted_tokens_per_sec_per_gpu"),
             datetime_complete=t.datetime_complete.isoformat() if t.datetime_complete else None))
     return StudyRecord(name=study.study_name, trials=tuple(trials), attrs=dict(study.user_attrs))

@@ -240,7 +240,21 @@ def render_html(analysis: dict[str, Any], recipe_md: str) -> str:
 <li>Failed trials (oom, timeout, error) are listed below and left out of the throughput statistics.</li></ul>
 {''.join(parts)}
 <h2>Failures</h2><table><tr><th>trial</th><th>status</th><th>params</th><th>reason</th></tr>{rows}</table>
+{_predicted_table(analysis)}
 <h2>Recipe</h2><pre>{html.escape(recipe_md)}</pre></body></html>"""
+
+
+def _predicted_table(analysis: dict[str, Any]) -> str:
+    """Predicted vs measured, for trials the model-guided sampler picked (tuner.model_sampler)."""
+    rows = [t for t in analysis["trials"] if t.get("predicted_tokens_per_sec_per_gpu")]
+    if not rows:
+        return ""
+    body = "".join(
+        f"<tr><td>{t['trial']}</td><td>{html.escape(t['status'])}</td><td>{t['predicted_tokens_per_sec_per_gpu']:,.0f}</td>"
+        f"<td>{(t['tokens_per_sec_per_gpu'] or {}).get('mean', float('nan')):,.0f}</td></tr>" for t in rows)
+    return ("<h2>Predicted vs measured</h2><p>What the calibrated model expected when it picked each trial "
+            "(refitted to the trials before it), and what the trial measured.</p><table><tr><th>trial</th>"
+            f"<th>status</th><th>predicted tokens/s/GPU</th><th>measured</th></tr>{body}</table>")
 
 
 def write_report(study, analysis: dict[str, Any], out_dir: str | Path, *,

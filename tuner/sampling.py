@@ -1,9 +1,12 @@
 """The sampler a study uses, by name.
 
-`auto` is tuner's default: TPE with multivariate + group (knobs interact: micro_batch and
-grad_accum trade off; prefetch_factor only exists with workers) and constant_liar (parallel
-coordinators do not get identical suggestions, optuna/optuna#3626). The choice is revisited
-with evidence from bench/search_efficiency.py (docs/benchmarks.md).
+`auto` is tuner's default: the model-guided sampler (tuner.model_sampler: helper's model,
+refitted to the study online, expected improvement) whenever helper knows the spec's model
+and cluster (a preset on a helper GPU over NCCL); otherwise TPE with multivariate + group
+(knobs interact: micro_batch and grad_accum trade off; prefetch_factor only exists with
+workers) and constant_liar (parallel coordinators do not get identical suggestions,
+optuna/optuna#3626). `model` names the model-guided sampler. Evidence:
+bench/search_efficiency.py (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import warnings
 
 import optuna
 
+from tuner.errors import SpecError
+from tuner.model_sampler import ModelGuidedSampler, model_knows
 from tuner.spec import StudySpec
 
 __all__ = ["make_sampler"]
@@ -36,6 +41,12 @@ def make_sampler(spec: StudySpec) -> optuna.samplers.BaseSampler:
             return optuna.samplers.RandomSampler(seed=seed)
         if name == "tpe":
             return optuna.samplers.TPESampler(seed=seed, n_startup_trials=_startup(spec))
+        if name == "model" or (name == "auto" and model_knows(spec)):
+            if not model_knows(spec):
+                raise SpecError(f"study.sampler: `model` needs a [model] preset on a GPU helper knows over NCCL "
+                                f"(got preset {spec.model.preset!r}, gpu {spec.cluster.gpu!r}, "
+                                f"backend {spec.cluster.backend!r}); use `auto` or `tpe`")
+            return ModelGuidedSampler(spec, seed=seed)
         if name in ("auto", "tpe-multivariate"):
             return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
                                               constant_liar=True, n_startup_trials=_startup(spec))

@@ -293,6 +293,10 @@ def _check_cluster(c: ClusterSection, base_dir: Path, fail) -> ClusterSection:
         raise fail("cluster.gpus_per_node", f"must be >= 1, got {c.gpus_per_node}")
     if c.launcher == "sim" and (problem := _sim_gpu_problem(c.gpu)):
         raise fail("cluster.gpu", problem)
+    from tuner.launch.sim_physics import parse_sim_physics
+
+    if problem := parse_sim_physics(c.sim_physics):
+        raise fail("cluster.sim_physics", problem)
     if c.shared_dir is not None:
         c = dataclasses.replace(c, shared_dir=str((base_dir / c.shared_dir).resolve()))
     return c

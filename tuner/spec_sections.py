@@ -16,7 +16,7 @@ __all__ = ["StudySection", "ModelSection", "DataSection", "ClusterSection", "Tri
 
 KNOWN_KNOBS = tuple(KNOBS)
 """Every knob a spec's [space] may search (the catalogue, tuner.knobs)."""
-SAMPLERS = ("tpe", "tpe-multivariate", "random", "gp", "grid", "auto")
+SAMPLERS = ("tpe", "tpe-multivariate", "random", "gp", "grid", "auto", "model")
 BACKENDS = ("nccl", "gloo")
 LAUNCHERS = ("local", "slurm", "sim")
 DTYPES = ("auto", "bf16", "fp16", "fp32")
@@ -89,6 +89,9 @@ class ClusterSection:
     """A directory every node sees (trial configs and result files); default: the runs dir."""
     pending_limit_s: float = 3600.0
     """Slurm: how long an allocation may pend before the trial is recorded as an error."""
+    sim_physics: str = "matched"
+    """Sim launcher: `matched` (helper's own model) or `perturbed:SEED`, a cluster whose
+    physics differ from helper's (tuner.launch.sim_physics), to rehearse a wrong model."""
 
     @property
     def world_size(self) -> int:

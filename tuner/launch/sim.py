@@ -33,6 +33,9 @@ import numpy as np
 
 from tuner import knobs
 from tuner.launch.base import Launcher, TrialRequest, TrialResult
+from tuner.launch.sim_physics import SimTruth, physics_for
+from tuner.launch.sim_physics import preflight as physics_preflight
+from tuner.launch.sim_physics import truth as physics_truth
 from tuner.measurement import stop_reason
 
 __all__ = ["SimLauncher", "NOISE"]
@@ -53,6 +56,12 @@ class SimLauncher(Launcher):
 
     def close(self) -> None:
         self._worker = None
+
+    def preflight_nccl(self, spec, nccl_algo: str, nccl_proto: str) -> str | None:
+        """A simulated seconds-long NCCL collective test (tuner.screening): its error, or None."""
+        c = spec.cluster
+        return physics_preflight(physics_for(c.sim_physics, c.gpu), gpu=c.gpu, world=c.world_size,
+                                 gpus_per_node=c.gpus_per_node, nccl_algo=nccl_algo, nccl_proto=nccl_proto)
 
     def launch(self, request: TrialRequest) -> TrialResult:
         from tuner import batching
@@ -97,32 +106,47 @@ class SimLauncher(Launcher):
         reshard = knobs.fsdp_reshard_after_forward(p)  # shard_grad_op: FSDP2 without it
         row_len, efficiency, examples_per_row = _rows(padding, spec.model.seq_len, micro_batch)
 
-        try:
-            prediction = predict_throughput(
-                model, world, gpu=c.gpu, seq_len=row_len, micro_batch=micro_batch,
-                activation_checkpointing=ckpt, grad_accum=grad_accum, gpus_per_node=c.gpus_per_node,
-                nccl_algo=p["nccl_algo"], nccl_proto=p["nccl_proto"],
-                num_workers=int(p["num_workers"]), prefetch_factor=p.get("prefetch_factor"),
-                padding_efficiency=efficiency, examples_per_sequence=examples_per_row,
-                reshard_after_forward=reshard)
-        except UnsupportedCollective as exc:  # fails at the first collective, after start-up
-            return TrialResult(status="error", message=str(exc), gpu_seconds=world * startup_s,
-                               wall_seconds=startup_s, **common)
+        physics = physics_for(c.sim_physics, c.gpu)
+        if physics.matched:
+            try:
+                prediction = predict_throughput(
+                    model, world, gpu=c.gpu, seq_len=row_len, micro_batch=micro_batch,
+                    activation_checkpointing=ckpt, grad_accum=grad_accum, gpus_per_node=c.gpus_per_node,
+                    nccl_algo=p["nccl_algo"], nccl_proto=p["nccl_proto"],
+                    num_workers=int(p["num_workers"]), prefetch_factor=p.get("prefetch_factor"),
+                    padding_efficiency=efficiency, examples_per_sequence=examples_per_row,
+                    reshard_after_forward=reshard)
+            except UnsupportedCollective as exc:  # fails at the first collective, after start-up
+                return TrialResult(status="error", message=str(exc), gpu_seconds=world * startup_s,
+                                   wall_seconds=startup_s, **common)
+            memory = estimate_memory(model, world, sharding="zero3", micro_batch=micro_batch,
+                                     seq_len=row_len, activation_checkpointing=ckpt,
+                                     grad_accum=grad_accum, reshard_after_forward=reshard, gpu=c.gpu)
+            truth = SimTruth(status="ok" if memory["total"] <= get_gpu(c.gpu).memory_gb else "oom",
+                             tokens_per_sec_per_gpu=float(prediction), peak_mem_gb=memory["total"],
+                             capacity_gb=get_gpu(c.gpu).memory_gb, padding_efficiency=efficiency,
+                             data_wait_frac=prediction.details["data_stall_s"] / prediction.details["step_time_s"],
+                             row_len=row_len, step_time_s=prediction.details["step_time_s"],
+                             message=(f"CUDA out of memory (simulated): needs {memory['total']:.1f} GB "
+                                                       f"of {get_gpu(c.gpu).memory_gb:.0f} GB per GPU"),
+                             details={"mfu": prediction.details.get("mfu"), "model_source": prediction.source})
+        else:  # a cluster whose physics differ from helper's (tuner.launch.sim_physics)
+            truth = physics_truth(physics, model=model, world=world, gpu=c.gpu, gpus_per_node=c.gpus_per_node,
+                                  seq_len=spec.model.seq_len, params=p, reshard_after_forward=reshard)
+            row_len, efficiency = truth.row_len, truth.padding_efficiency
+            if truth.status == "error":
+                return TrialResult(status="error", message=truth.message, gpu_seconds=world * startup_s,
+                                   wall_seconds=startup_s, **common)
 
-        tokens_per_sec_per_gpu = float(prediction)
+        tokens_per_sec_per_gpu = truth.tokens_per_sec_per_gpu
         real_tokens_per_step = efficiency * micro_batch * grad_accum * row_len * world
-        step_time_s = real_tokens_per_step / (tokens_per_sec_per_gpu * world)
-        memory = estimate_memory(model, world, sharding="zero3", micro_batch=micro_batch,
-                                        seq_len=row_len, activation_checkpointing=ckpt,
-                                        grad_accum=grad_accum, reshard_after_forward=reshard, gpu=c.gpu)
-        capacity_gb = get_gpu(c.gpu).memory_gb
-        peak_mem_gib = memory["total"] * 1e9 / 2**30
-        if memory["total"] > capacity_gb:
+        peak_mem_gib = truth.peak_mem_gb * 1e9 / 2**30
+        if truth.status == "oom":
+            step_time_s = truth.step_time_s or 1.0
             wall = startup_s + step_time_s
             return TrialResult(status="oom", gpu_seconds=world * wall, wall_seconds=wall,
-                               peak_mem_gib=peak_mem_gib,
-                               message=(f"CUDA out of memory (simulated): needs {memory['total']:.1f} GB "
-                                        f"of {capacity_gb:.0f} GB per GPU"), **common)
+                               peak_mem_gib=peak_mem_gib, message=truth.message, **common)
+        step_time_s = real_tokens_per_step / (tokens_per_sec_per_gpu * world)
 
         times = _step_times(rng, step_time_s, warmup_steps + spec.trial.measure_steps)
         warmup = warmup_steps
@@ -149,12 +173,11 @@ class SimLauncher(Launcher):
                                    message=f"stopped at its budget cap of {cap:.0f} GPU-seconds", **common)
             stopped = "budget_cap"
         step_seconds = tuple(float(times[i]) for i, _ in values)
-        details = prediction.details
-        data_wait = details["data_stall_s"] / details["step_time_s"]
         return TrialResult(status="ok", step_values=tuple(values), step_seconds=step_seconds, gpu_seconds=world * wall,
-                           wall_seconds=wall, peak_mem_gib=peak_mem_gib, data_wait_frac=data_wait,
+                           wall_seconds=wall, peak_mem_gib=peak_mem_gib, data_wait_frac=truth.data_wait_frac,
                            extra={"simulated": True, "noiseless_tokens_per_sec_per_gpu": tokens_per_sec_per_gpu,
-                                  "mfu": details.get("mfu"), "model_source": prediction.source,
+                                  "mfu": truth.details.get("mfu"), "model_source": truth.details.get("model_source"),
+                                  "sim_physics": None if physics.matched else physics.name,
                                   "padding_efficiency": efficiency, "measured_steps": len(values),
                                   "stopped_early": stopped or None,
                                   "measure_seconds": wall - startup_s},

@@ -1,0 +1,133 @@
+"""tuner.screening: configs the model knows cannot run are not launched, and a wrong prune recovers."""
+
+import dataclasses
+
+import optuna
+from optuna.trial import TrialState, create_trial
+
+from tuner.coordinator import end_unrun
+from tuner.launch.sim import SimLauncher
+from tuner.record import study_record
+from tuner.screening import memory_ratio_low, nccl_problem, predicted_memory_gb, screen
+from tuner.space import complete_params, distribution
+from tuner.spec import load_spec
+
+SPEC_13B = "studies/sim-llama13b-h100x8.toml"
+SPEC_1B = "studies/sim-llama1b-a100x16.toml"
+OK = {"nccl_algo": "default", "nccl_proto": "default", "num_workers": 2, "prefetch_factor": 2,
+      "grad_accum": 1, "micro_batch": 1, "padding": "packed", "activation_checkpointing": True}
+
+
+def _spec(path=SPEC_13B, physics="matched"):
+    spec = load_spec(path)
+    return dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, sim_physics=physics))
+
+
+def _study():
+    return optuna.create_study(direction="maximize")
+
+
+def _add(study, spec, params, status, value=None, **attrs):
+    full = complete_params(params, spec)
+    dists = {k: distribution(spec.knob(k)) for k in full if k in {x.name for x in spec.space}}
+    study.add_trial(create_trial(params={k: full[k] for k in dists}, distributions=dists, value=value,
+                                 state=TrialState.COMPLETE, user_attrs={"status": status, **attrs}))
+
+
+def test_certain_nccl_rule_prunes_nvls_on_a100():
+    spec = _spec(SPEC_1B)
+    v = screen(_study(), spec, complete_params({**OK, "nccl_algo": "NVLS"}, spec))
+    assert v is not None and v.rule == "nccl"
+    assert nccl_problem(spec, "NVLS", "default")[1] is True
+
+
+def test_version_dependent_rule_asks_the_preflight_once_and_stores_it():
+    spec = _spec(SPEC_13B, "perturbed:0")
+    calls = []
+
+    class Launcher:
+        def preflight_nccl(self, spec, algo, proto):
+            calls.append((algo, proto))
+            return "NCCL WARN no algorithm"
+
+    study = _study()
+    params = complete_params({**OK, "nccl_algo": "Tree"}, spec)
+    assert nccl_problem(spec, "Tree", "default")[1] is False
+    assert screen(study, spec, params, launcher=Launcher()).rule == "nccl"
+    assert screen(study, spec, params, launcher=Launcher()).rule == "nccl"
+    assert calls == [("Tree", "default")]
+    assert study.user_attrs["nccl_preflight"] == {"Tree|default": "NCCL WARN no algorithm"}
+
+
+def test_version_dependent_rule_without_a_preflight_is_launched():
+    spec = _spec(SPEC_13B)
+    assert screen(_study(), spec, complete_params({**OK, "nccl_algo": "Tree"}, spec)) is None
+
+
+def test_sim_preflight_follows_the_clusters_nccl_version():
+    from tuner.launch.sim_physics import physics_for
+
+    seeds = {s: physics_for(f"perturbed:{s}", "H100-80GB").tree_falls_back for s in range(12)}
+    falls, fails = next(s for s, f in seeds.items() if f), next(s for s, f in seeds.items() if not f)
+    for seed, expect_error in ((falls, False), (fails, True)):
+        spec = _spec(SPEC_13B, f"perturbed:{seed}")
+        assert bool(SimLauncher(spec).preflight_nccl(spec, "Tree", "default")) is expect_error
+
+
+def test_ok_trial_overrules_an_nccl_prune():
+    spec = _spec(SPEC_13B)
+    study = _study()
+    params = complete_params({**OK, "nccl_algo": "NVLS", "nccl_proto": "LL"}, spec)
+    assert screen(study, spec, params) is not None
+    _add(study, spec, {**OK, "nccl_algo": "NVLS", "nccl_proto": "LL", "micro_batch": 2}, "ok", 5000.0)
+    assert screen(study, spec, params) is None
+
+
+def test_memory_prune_and_recovery_when_a_measured_peak_contradicts_the_model():
+    spec = _spec(SPEC_13B)
+    big = complete_params({**OK, "micro_batch": 8, "activation_checkpointing": False}, spec)
+    pred = predicted_memory_gb(spec, big)
+    assert pred > 88  # helper says far over 80 GB
+    study = _study()
+    assert screen(study, spec, big).rule == "memory"
+    # an ok trial whose measured peak is half the prediction: the model overestimates three-fold here
+    small = {**OK, "micro_batch": 4, "activation_checkpointing": False}
+    peak_gib = 0.3 * predicted_memory_gb(spec, complete_params(small, spec)) * 1e9 / 2**30
+    _add(study, spec, small, "ok", 4000.0, peak_mem_gib=peak_gib)
+    assert memory_ratio_low(study.get_trials(), spec) < 0.3
+    assert screen(study, spec, big) is None
+
+
+def test_oom_prunes_configs_needing_no_less_memory():
+    spec = _spec(SPEC_13B)
+    study = _study()
+    oomed = {**OK, "micro_batch": 2, "activation_checkpointing": False}
+    _add(study, spec, oomed, "oom", 0.0)
+    assert screen(study, spec, complete_params({**oomed, "micro_batch": 4}, spec)).rule == "memory"
+    assert screen(study, spec, complete_params({**oomed, "micro_batch": 1}, spec)) is None
+
+
+def test_pruned_trial_is_fail_with_zero_gpu_seconds_and_visible_in_the_record():
+    spec = _spec(SPEC_13B)
+    study = _study()
+    trial = study.ask()
+    end_unrun(study, trial, "pruned", "pruned: NCCL cannot run this")
+    t = study.get_trials()[0]
+    assert t.state == TrialState.FAIL and t.user_attrs["gpu_seconds"] == 0.0
+    rec = study_record(study).trials[0]
+    assert rec.status == "pruned" and "NCCL" in rec.message
+    assert spec.cluster.launcher == "sim"
+
+
+def test_the_baseline_is_measured_even_when_the_model_calls_it_out_of_memory(tmp_path):
+    from tuner.coordinator import RunOptions, run_study
+
+    spec = _spec(SPEC_13B)
+    base = {**spec.baseline, "micro_batch": 8, "activation_checkpointing": False}
+    spec = dataclasses.replace(spec, baseline=base)
+    assert screen(_study(), spec, complete_params(base, spec)) is not None  # the model alone would prune it
+    storage = f"sqlite:///{tmp_path}/s.db"
+    run_study(spec, RunOptions(storage_url=storage, runs_dir=tmp_path / "runs", max_trials=1, ablation=False))
+    trials = optuna.load_study(study_name=spec.study.name, storage=storage).get_trials()
+    baseline = next(t for t in trials if t.user_attrs.get("role") == "baseline")
+    assert baseline.user_attrs["status"] != "pruned" and baseline.user_attrs["gpu_seconds"] > 0

@@ -1,0 +1,40 @@
+"""tuner.surrogate: the model-guided sampler's pure math."""
+
+import numpy as np
+
+from tuner import surrogate
+
+
+def test_residual_gp_learns_near_measurements_and_keeps_prior_spread_far_away():
+    x_obs = np.array([[0, 0, 0]])
+    mean, sd = surrogate.residual_gp(x_obs, np.array([0.3]), np.array([[0, 0, 0], [0, 0, 1], [2, 2, 2]]),
+                                     signal_sd=0.1, noise_sd=0.01)
+    assert mean[0] > mean[1] > mean[2] > 0
+    assert sd[0] < sd[1] < sd[2] <= 0.1
+
+
+def test_residual_gp_with_no_data_is_the_prior():
+    mean, sd = surrogate.residual_gp(np.zeros((0, 2)), np.zeros(0), np.array([[0, 1]]), signal_sd=0.2, noise_sd=0.01)
+    assert mean.tolist() == [0.0] and sd.tolist() == [0.2]
+
+
+def test_expected_improvement_prefers_higher_mean_then_higher_uncertainty():
+    ei = surrogate.expected_improvement(np.array([0.0, 0.1, 0.0]), np.array([0.05, 0.05, 0.2]), 0.05)
+    assert ei[1] > ei[0] and ei[2] > ei[0]
+
+
+def test_prob_fits_is_monotone_in_predicted_memory():
+    p = surrogate.prob_fits(np.array([60.0, 78.0, 90.0]), 80.0, 0.0, 0.05)
+    assert p[0] > p[1] > p[2] and p[0] > 0.99 and p[2] < 0.05
+
+
+def test_diverse_top_skips_configs_close_to_what_was_tried():
+    codes = np.array([[0, 0, 0], [0, 0, 1], [1, 1, 0]])
+    assert surrogate.diverse_top(np.array([3.0, 2.0, 1.0]), codes, np.array([[0, 0, 0]])) == 2
+    assert surrogate.diverse_top(np.array([3.0, 2.0, 1.0]), codes, np.zeros((0, 3))) == 0
+
+
+def test_padded_rows_packed_and_max_length():
+    assert surrogate.padded_rows("max_length", 1024, 2, 256.0) == (1024, 0.25, 1.0)
+    row, eff, per_row = surrogate.padded_rows("packed", 1024, 2, 256.0)
+    assert (row, eff, per_row) == (1024, 1.0, 4.0)

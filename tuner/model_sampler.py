@@ -1,0 +1,392 @@
+"""A model-guided Optuna sampler: helper's performance model, refitted to this study online.
+
+``ModelGuidedSampler`` is an ordinary ``optuna.samplers.BaseSampler``, so studies, storages,
+parallel coordinators and optuna-dashboard work as with any other. For every trial it:
+
+1. reads the study (any coordinator's trials): ok measurements, failures, pruned configs,
+   RUNNING trials;
+2. refits helper's few constants to the ok measurements (``helper.fit_calibration``, the fit
+   ``tuner distill`` runs, here online; priors = the shipped calibration);
+3. predicts every config of the spec's grid with the refitted model and corrects it with a GP
+   on the model's log residuals (tuner.surrogate); RUNNING trials count as measured at their
+   predicted value (a "kriging believer" constant liar) so parallel coordinators diverge;
+4. proposes, for its first ``n_startup`` picks, the best-predicted config at least two knobs
+   away from everything tried (diverse top predictions, not random trials), then the config
+   of highest expected improvement x the probability that it fits in memory (peak ratios
+   learned from this study) x 1/2 for an NCCL setting whose version-dependent rule is
+   still unsettled; never a config already finished, running, failed or pruned.
+
+Knobs helper's model does not know (or a float range) are left to a TPE sampler. Each trial
+it picks carries user attrs ``predicted_tokens_per_sec_per_gpu`` (the calibrated model's
+mean), ``predicted_rel_sd`` and ``model_pick`` (`startup`, `ei`, `enqueued`), surfaced as
+"predicted vs measured" by analysis and the report.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.samplers import BaseSampler
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner import knobs, surrogate
+from tuner.optuna_internals import study_storage, trial_id
+from tuner.screening import PRIOR_MEMORY_MARGIN, nccl_problem
+from tuner.space import complete_params, distribution
+from tuner.spec import StudySpec
+
+__all__ = ["ModelGuidedSampler", "model_knows", "top_prediction", "MODEL_KNOBS"]
+
+MODEL_KNOBS = ("nccl_algo", "nccl_proto", "num_workers", "prefetch_factor", "grad_accum", "micro_batch",
+               "padding", "activation_checkpointing", "sharding")
+"""Knobs helper's model predicts (prefetch_factor has no steady-state effect in it)."""
+PRIOR_RESIDUAL_SD = 0.15
+"""Log-residual spread of the model before this study has measured enough to say: helper's
+validation against published figures is within ~10-20% (docs/validation.md)."""
+FIT_ON_BEST = 16
+"""The refit uses the best this many ok trials (and the baseline): it calibrates the model
+where the optimum is, and keeps each refit's cost flat as the study grows."""
+NOISE_SD = 0.02
+"""Log sd of one trial's mean: the sim's 1% run-to-run offset plus a 2% CI target."""
+
+
+def model_knows(spec: StudySpec) -> bool:
+    """True when helper can model the spec: a preset model on a GPU helper knows, over NCCL."""
+    from helper import GPUS
+
+    return bool(spec.model.preset) and spec.cluster.gpu in GPUS and spec.cluster.backend == "nccl"
+
+
+class _Grid:
+    """The spec's grid over the knobs the model knows, with what does not change per trial."""
+
+    def __init__(self, spec: StudySpec) -> None:
+        self.spec = spec
+        self.names = [k.name for k in spec.space if k.name in MODEL_KNOBS and _finite(k)]
+        values = [spec.knob(n).values_for_grid() for n in self.names]
+        self.configs: list[dict[str, Any]] = []
+        seen = set()
+        for combo in itertools.product(*values):
+            params = dict(zip(self.names, combo))
+            if not knobs_active(params):
+                params.pop("prefetch_factor", None)
+            key = self.key(params)
+            if key not in seen:
+                seen.add(key)
+                self.configs.append(params)
+        self.codes = np.array([[self._code(i, c.get(n)) for i, n in enumerate(self.names)] for c in self.configs])
+        self.full = [complete_params(c, spec) for c in self.configs]
+        from tuner.screening import predicted_memory_gb
+
+        mem_cache: dict[tuple, float] = {}
+        self.mem_gb = np.array([mem_cache.setdefault(_mem_key(f), predicted_memory_gb(spec, f) or 0.0)
+                                for f in self.full])
+        nccl = {}
+        for f in self.full:
+            pair = (str(f.get("nccl_algo", "default")), str(f.get("nccl_proto", "default")))
+            if pair not in nccl:
+                nccl[pair] = nccl_problem(spec, *pair)
+        self.nccl = [nccl[(str(f.get("nccl_algo", "default")), str(f.get("nccl_proto", "default")))]
+                     for f in self.full]
+        self.index = {self.key(c): i for i, c in enumerate(self.configs)}
+        self.memory_traits = (np.array([int(f["micro_batch"]) for f in self.full]),
+                              np.array([bool(f["activation_checkpointing"]) for f in self.full]),
+                              np.array([int(f["grad_accum"]) > 1 for f in self.full]),
+                              np.array([str(f["padding"]) for f in self.full]))
+        self._plans: dict[tuple, Any] = {}
+
+    def _code(self, i: int, value: Any) -> int:
+        if value is None:
+            return -1
+        return list(self.spec.knob(self.names[i]).values_for_grid()).index(value)
+
+    def key(self, params: dict[str, Any]) -> tuple:
+        return tuple(params.get(n) for n in self.names if n in params or n != "prefetch_factor")
+
+    def key_of_trial(self, params: dict[str, Any]) -> tuple | None:
+        p = {n: params[n] for n in self.names if n in params}
+        if not knobs_active(p):
+            p.pop("prefetch_factor", None)
+        return self.key(p) if len(p) >= len(self.names) - 1 else None
+
+    def plan(self, i: int, mean_tokens: float) -> tuple[Any, float] | None:
+        """(helper StepPlan, padding efficiency) of candidate i, or None when NCCL cannot run it."""
+        from helper import UnsupportedCollective
+        from helper.throughput import plan_step
+
+        f = self.full[i]
+        spec, c = self.spec, self.spec.cluster
+        row, eff, per_row = surrogate.padded_rows(f["padding"], spec.model.seq_len, int(f["micro_batch"]), mean_tokens)
+        key = (tuple(sorted((k, str(v)) for k, v in f.items() if k != "prefetch_factor")), row, round(per_row, 3))
+        if key not in self._plans:
+            try:
+                self._plans[key] = plan_step(
+                    spec.model.preset, c.world_size, gpu=c.gpu, seq_len=row, micro_batch=int(f["micro_batch"]),
+                    grad_accum=int(f["grad_accum"]), activation_checkpointing=bool(f["activation_checkpointing"]),
+                    gpus_per_node=c.gpus_per_node, nccl_algo=f["nccl_algo"], nccl_proto=f["nccl_proto"],
+                    num_workers=int(f["num_workers"]), prefetch_factor=f.get("prefetch_factor"),
+                    padding_efficiency=eff, examples_per_sequence=per_row,
+                    reshard_after_forward=knobs.fsdp_reshard_after_forward(f))
+            except UnsupportedCollective:
+                self._plans[key] = None
+        plan = self._plans[key]
+        return None if plan is None else (plan, eff)
+
+
+def knobs_active(params: dict[str, Any]) -> bool:
+    """Whether prefetch_factor applies (tuner.knobs' rule: only with workers)."""
+    return knobs.is_active("prefetch_factor", params) if "num_workers" in params else True
+
+
+def _finite(k: Any) -> bool:
+    try:
+        return len(k.values_for_grid()) > 0
+    except ValueError:
+        return False
+
+
+def _mem_key(f: dict[str, Any]) -> tuple:
+    return (f["micro_batch"], f["grad_accum"], f["activation_checkpointing"], f["padding"], f.get("sharding"))
+
+
+def _predict(grid: _Grid, idx: np.ndarray, constants: dict[str, float], mean_tokens: float) -> np.ndarray:
+    """Calibrated model tokens/s/GPU for candidates ``idx`` (0 where NCCL cannot run them)."""
+    from helper.throughput import step_time_breakdown
+
+    out = np.zeros(len(idx))
+    memo: dict[int, float] = {}
+    for j, i in enumerate(idx):
+        got = grid.plan(int(i), mean_tokens)
+        if got is None:
+            continue
+        plan, _ = got
+        if id(plan) not in memo:
+            memo[id(plan)] = step_time_breakdown(plan, constants)["tokens_per_sec_per_gpu"]
+        out[j] = memo[id(plan)]
+    return out
+
+
+def _calibrated_constants(spec: StudySpec, grid: _Grid, ok: list[FrozenTrial], mean_tokens: float,
+                          warm: dict[str, Any] | None = None) -> tuple[dict[str, float], dict[str, Any] | None]:
+    """helper's constants for the spec's GPU refitted to the ok trials (MAP), and the calibration.
+
+    ``warm``: the previous refit, whose values centre the priors (their widths are helper's):
+    each refit starts where the last ended, so a few descent steps suffice.
+    """
+    from helper import fit_calibration, resolve_constants
+
+    base, _ = resolve_constants(warm, spec.cluster.gpu)
+    c = spec.cluster
+    measurements = []
+    best = sorted(ok, key=lambda t: -t.value)[:FIT_ON_BEST]
+    for t in best + [t for t in ok if t.user_attrs.get("role") == "baseline" and t not in best]:
+        f = complete_params(t.params, spec)
+        row, eff, per_row = surrogate.padded_rows(f["padding"], spec.model.seq_len, int(f["micro_batch"]), mean_tokens)
+        eff = float(t.user_attrs.get("padding_efficiency") or eff)
+        measurements.append({
+            "preset": spec.model.preset, "gpu": c.gpu, "gpu_count": c.world_size, "gpus_per_node": c.gpus_per_node,
+            "seq_len": row, "micro_batch": int(f["micro_batch"]), "grad_accum": int(f["grad_accum"]),
+            "activation_checkpointing": bool(f["activation_checkpointing"]), "nccl_algo": f["nccl_algo"],
+            "nccl_proto": f["nccl_proto"], "num_workers": int(f["num_workers"]),
+            "prefetch_factor": f.get("prefetch_factor"), "padding_efficiency": eff,
+            "examples_per_sequence": per_row, "reshard_after_forward": knobs.fsdp_reshard_after_forward(f),
+            "tokens_per_sec_per_gpu": float(t.value)})
+    if not measurements:
+        return base, warm
+    try:
+        cal = fit_calibration(measurements, base=warm, n_starts=1, max_nfev=10 if warm else 30)
+    except ValueError:
+        return base, warm
+    return resolve_constants(cal, c.gpu)[0], cal
+
+
+def _mean_tokens(spec: StudySpec, ok: list[FrozenTrial]) -> float:
+    """Mean real tokens per example: measured padding efficiency of max_length trials, else helper's."""
+    from helper import DEFAULT_MEAN_TOKENS_PER_EXAMPLE
+
+    seen = [float(t.user_attrs["padding_efficiency"]) * spec.model.seq_len for t in ok
+            if complete_params(t.params, spec).get("padding") == "max_length"
+            and isinstance(t.user_attrs.get("padding_efficiency"), (int, float))]
+    return float(np.median(seen)) if seen else float(DEFAULT_MEAN_TOKENS_PER_EXAMPLE)
+
+
+class ModelGuidedSampler(BaseSampler):
+    """Expected improvement under helper's model, refitted to the study after every trial.
+
+    Args:
+        spec: the study spec (its model, cluster and space).
+        seed: seed of the TPE fallback (the model's picks are deterministic).
+        n_startup: diverse top predictions before expected improvement takes over.
+        fallback: sampler for knobs the model does not know (default: TPE, multivariate).
+
+    Example:
+        >>> sampler = ModelGuidedSampler(load_spec("studies/sim-llama13b-h100x8.toml"))  # doctest: +SKIP
+        >>> study = optuna.create_study(direction="maximize", sampler=sampler)          # doctest: +SKIP
+    """
+
+    def __init__(self, spec: StudySpec, *, seed: int = 0, n_startup: int = 3,
+                 fallback: BaseSampler | None = None) -> None:
+        self._spec, self._n_startup = spec, n_startup
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            self._fallback = fallback or optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
+                                                                    constant_liar=True)
+        self._grid: _Grid | None = None
+        self._calibration: dict[str, Any] | None = None  # the last refit (warm start)
+
+    @property
+    def grid(self) -> _Grid:
+        if self._grid is None:
+            self._grid = _Grid(self._spec)
+        return self._grid
+
+    def reseed_rng(self) -> None:
+        self._fallback.reseed_rng()
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        return {n: distribution(self._spec.knob(n)) for n in self.grid.names}
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        return self._fallback.sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self._fallback.before_trial(study, trial)
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
+                    values: list[float] | None) -> None:
+        self._fallback.after_trial(study, trial, state, values)
+
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        if not search_space:
+            return {}
+        choice = self.propose(study.get_trials(deepcopy=False), exclude_number=trial.number,
+                              fixed=trial.system_attrs.get("fixed_params"))
+        if choice is None:
+            return {}
+        params, attrs = choice
+        storage = study_storage(study)
+        for key, value in attrs.items():
+            storage.set_trial_user_attr(trial_id(trial), key, value)
+        return params
+
+    # ------------------------------------------------------------------ the decision, testable
+    def propose(self, trials: list[FrozenTrial], *, exclude_number: int | None = None,
+                fixed: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """(params of the known knobs, user attrs to record) for the next trial, or None."""
+        grid, spec = self.grid, self._spec
+        ok = [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("status") == "ok"
+              and t.value is not None and t.value > 0]
+        mean_tokens = _mean_tokens(spec, ok)
+        constants, self._calibration = _calibrated_constants(spec, grid, ok, mean_tokens, self._calibration)
+        alive = np.array([not (p is not None and p[1]) for p in grid.nccl])  # certain NCCL failures out
+        obs_idx, obs_y, pending = [], [], []
+        bad_nccl = set()
+        for t in trials:
+            if t.number == exclude_number:
+                continue
+            i = grid.index.get(grid.key_of_trial(t.params)) if t.params else None
+            status = t.user_attrs.get("status")
+            if status == "error" or (status == "pruned" and "NCCL" in str(t.user_attrs.get("message", ""))):
+                full = complete_params(t.params, spec)
+                bad_nccl.add((str(full.get("nccl_algo")), str(full.get("nccl_proto"))))
+            if i is None:
+                continue
+            if t.state == TrialState.RUNNING:
+                pending.append(i)
+            elif t.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED):
+                alive[i] = False
+                if t in ok:
+                    obs_idx.append(i)
+                    obs_y.append(math.log(t.value))
+        for i in pending:
+            alive[i] = False
+        if bad_nccl:
+            for i, f in enumerate(grid.full):
+                if (str(f.get("nccl_algo")), str(f.get("nccl_proto"))) in bad_nccl and grid.nccl[i] is not None:
+                    alive[i] = False
+
+        # memory: the ratio measured/predicted peak, and configs dominated by an OOM
+        capacity = _capacity(spec)
+        ratios = [math.log(t.user_attrs["peak_mem_gib"] * 2**30 / 1e9 / grid.mem_gb[i])
+                  for t in ok if (i := grid.index.get(grid.key_of_trial(t.params))) is not None
+                  and t.user_attrs.get("peak_mem_gib") and grid.mem_gb[i] > 0]
+        lr_mean = float(np.mean(ratios)) if ratios else 0.0
+        lr_sd = max(0.05, float(np.std(ratios)) * 1.5) if len(ratios) >= 2 else 0.10
+        low = 0.95 * math.exp(min(ratios)) if ratios else 1 / PRIOR_MEMORY_MARGIN
+        alive &= grid.mem_gb * low <= capacity
+        for t in trials:
+            if t.state == TrialState.COMPLETE and t.user_attrs.get("status") == "oom":
+                i = grid.index.get(grid.key_of_trial(t.params))
+                if i is None:
+                    continue
+                mb, ckpt, accum, pad = grid.memory_traits
+                dominated = ((grid.mem_gb >= grid.mem_gb[i]) & (mb >= mb[i]) & (~ckpt | ckpt[i])
+                             & (accum == accum[i]) & (pad == pad[i]))
+                alive &= ~dominated
+        p_fit = surrogate.prob_fits(grid.mem_gb, capacity, lr_mean, lr_sd)
+        p_nccl = np.array([0.5 if (p is not None and not p[1]) else 1.0 for p in grid.nccl])
+
+        if fixed is not None:  # an enqueued trial (the baseline): say what the model expected
+            i = grid.index.get(grid.key_of_trial(fixed))
+            if i is None:
+                return None
+            idx = np.array([i])
+        else:
+            idx = np.flatnonzero(alive)
+            if len(idx) == 0:
+                return None
+        pred = _predict(grid, np.concatenate([np.array(obs_idx, dtype=int), idx]), constants, mean_tokens)
+        pred_obs, pred_c = pred[: len(obs_idx)], pred[len(obs_idx):]
+        keep = pred_c > 0
+        idx, pred_c = idx[keep], pred_c[keep]
+        if len(idx) == 0:
+            return None
+        good = pred_obs > 0
+        x_obs = grid.codes[np.array(obs_idx, dtype=int)[good]] if obs_idx else grid.codes[:0]
+        r_obs = np.array(obs_y)[good] - np.log(pred_obs[good]) if obs_idx else np.zeros(0)
+        signal = PRIOR_RESIDUAL_SD if len(r_obs) < 3 else float(np.clip(1.25 * np.sqrt(np.mean(r_obs**2)), 0.03, 0.3))
+        if pending:  # constant liar: a running config counts as measured at its predicted value
+            m_p, _ = surrogate.residual_gp(x_obs, r_obs, grid.codes[pending], signal_sd=signal, noise_sd=NOISE_SD)
+            x_obs, r_obs = np.vstack([x_obs, grid.codes[pending]]), np.concatenate([r_obs, m_p])
+        m_r, sd = surrogate.residual_gp(x_obs, r_obs, grid.codes[idx], signal_sd=signal, noise_sd=NOISE_SD)
+        mu = np.log(pred_c) + m_r
+        weight = p_fit[idx] * p_nccl[idx]
+        n_picked = sum(1 for t in trials if t.user_attrs.get("model_pick") in ("startup", "ei"))
+        if fixed is not None:
+            j, how = 0, "enqueued"
+        elif n_picked < self._n_startup or not obs_y:
+            taken = grid.codes[np.array(obs_idx + pending, dtype=int)] if obs_idx or pending else grid.codes[:0]
+            j, how = surrogate.diverse_top(mu + np.log(np.maximum(weight, 1e-9)), grid.codes[idx], taken), "startup"
+        else:
+            ei = surrogate.expected_improvement(mu, sd, max(obs_y)) * weight
+            j, how = int(np.argmax(ei)), "ei"
+        params = dict(grid.configs[int(idx[j])])
+        attrs = {"predicted_tokens_per_sec_per_gpu": round(float(math.exp(mu[j])), 1),
+                 "predicted_rel_sd": round(float(sd[j]), 4), "model_pick": how, "model_calibrated_on": len(ok)}
+        return params, attrs
+
+
+def _capacity(spec: StudySpec) -> float:
+    from helper import get_gpu
+
+    return get_gpu(spec.cluster.gpu).memory_gb
+
+
+def top_prediction(spec: StudySpec) -> dict[str, Any]:
+    """helper's best config for the spec with no trial run ("model only"): the highest
+    prediction of the shipped calibration among configs it says run and fit (complete params)."""
+    grid = _Grid(spec)
+    idx = np.array([i for i in range(len(grid.configs))
+                    if grid.nccl[i] is None and grid.mem_gb[i] <= _capacity(spec)])
+    from helper import DEFAULT_MEAN_TOKENS_PER_EXAMPLE, resolve_constants
+
+    pred = _predict(grid, idx, resolve_constants(None, spec.cluster.gpu)[0], float(DEFAULT_MEAN_TOKENS_PER_EXAMPLE))
+    return grid.full[int(idx[int(np.argmax(pred))])]
