@@ -85,7 +85,7 @@ def test_five_coordinators_share_one_budget(pg_url, tmp_path):
     join_all(procs, errors)
     trials = optuna.load_study(study_name="fast", storage=pg_url).get_trials()
     check_budget_kept(trials, 150.0)
-    assert all(t.state == TrialState.COMPLETE for t in trials)
+    assert all(t.state == TrialState.COMPLETE for t in trials if t.user_attrs.get("status") != "repeat")
     # trials overlapped across processes (on a busy 2-core machine some start late)
     assert len({t.user_attrs["pid"] for t in trials}) >= 3
     assert sum(t.user_attrs.get("role") == "baseline" for t in trials) == 1

@@ -286,7 +286,7 @@ def test_retries_what_optuna_wrapped():
 
 
 def test_gives_up_with_one_line_after_the_last_try():
-    with pytest.raises(StorageError, match=r"^recording trial 3: storage unreachable after 3 tries: .*refused$"):
+    with pytest.raises(StorageError, match=r"^recording trial 3: storage unreachable after 3 tries in 0 s: .*refused$"):
         with_retries(lambda: (_ for _ in ()).throw(_op_error("connection refused")), what="recording trial 3",
                      attempts=3, base_delay_s=0.001)
 

@@ -18,8 +18,9 @@ class TrialRecord:
     """Optuna state name."""
     status: str
     """`ok`, `oom`, `timeout`, `error`; `fail` for FAIL trials (coordinator died / interrupted);
-    `skipped` for queued trials the spent budget never ran; `running` / `waiting` for
-    unfinished ones."""
+    `skipped` for queued trials the spent budget never ran; `stopped_by_budget` for a trial
+    the budget's end cut (tuner.accounting); `repeat` for a suggestion that repeated a
+    finished config and was not run (tuner.repeats); `running` / `waiting` for unfinished ones."""
     params: dict[str, Any]
     steps: tuple[float, ...]
     """tokens/s/GPU per measured step, in step order."""
@@ -51,16 +52,20 @@ class StudyRecord:
         return float(self.attrs.get("budget_limit_gpu_seconds", 0.0))
 
 
+_TRUSTED_FAIL_STATUSES = ("skipped", "stopped_by_budget", "repeat")
+
+
 def trial_status(t: optuna.trial.FrozenTrial) -> str:
     """A trial's status for statistics and summaries (see TrialRecord.status).
 
-    A FAIL trial's own `status` attr is trusted only for `skipped`: a coordinator killed while
-    recording a finished trial can leave `status = ok` on a trial that then went stale.
+    A FAIL trial's own `status` attr is trusted only for `skipped`, `stopped_by_budget` and
+    `repeat`: a coordinator killed while recording a finished trial can leave `status = ok` on
+    a trial that then went stale.
     """
     if t.state == TrialState.COMPLETE:
         return t.user_attrs.get("status", "ok")
-    if t.state == TrialState.FAIL and t.user_attrs.get("status") == "skipped":
-        return "skipped"
+    if t.state == TrialState.FAIL and t.user_attrs.get("status") in _TRUSTED_FAIL_STATUSES:
+        return t.user_attrs["status"]
     return {"FAIL": "fail", "RUNNING": "running", "WAITING": "waiting"}.get(t.state.name, t.state.name.lower())
 
 

@@ -1,0 +1,116 @@
+"""The local spool: a finished trial's result is kept on disk until the storage has it.
+
+A trial that finishes while the database is down must not be thrown away. Before recording
+a result the coordinator writes it to ``<runs-dir>/<study>/spool/trial-NNNN.json``
+(atomically: write, fsync, rename) and deletes the file once the storage has it. If the
+storage stays away longer than the coordinator waits (tuner.storage.OUTAGE_S) or the
+coordinator dies, the file stays; the next `tuner run` of the study records it before it
+admits anything (:func:`replay`). A trial that another coordinator has meanwhile failed as
+stale gets its result as a new COMPLETE trial (user attr ``recovered_from``), so the
+measurement is never lost and the budget charged for it stays the time it ran.
+
+Example:
+    >>> import tempfile, optuna
+    >>> from tuner.launch import TrialResult
+    >>> runs = Path(tempfile.mkdtemp())
+    >>> r = TrialResult(status="ok", launcher="sim", world_size=2, gpu_seconds=4.0, wall_seconds=2.0,
+    ...                 step_values=((0, 10.0), (1, 12.0)))
+    >>> path = put(runs, "s", 3, r)
+    >>> [(n, res.step_values) for n, res, _ in pending(runs, "s")]
+    [(3, ((0, 10.0), (1, 12.0)))]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from tuner import scheduling
+from tuner.launch import TrialResult
+from tuner.optuna_internals import trial_id
+
+__all__ = ["spool_dir", "put", "pending", "replay"]
+
+
+def spool_dir(runs_dir: Path, study_name: str) -> Path:
+    return Path(runs_dir) / study_name / "spool"
+
+
+def put(runs_dir: Path, study_name: str, number: int, result: TrialResult) -> Path:
+    """Write one finished trial's result to the spool, atomically; returns the file."""
+    folder = spool_dir(runs_dir, study_name)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"trial-{number:04d}.json"
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    with open(tmp, "w") as fh:
+        json.dump({"number": number, "result": dataclasses.asdict(result)}, fh, default=str)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def _result(raw: dict[str, Any]) -> TrialResult:
+    raw = dict(raw)
+    raw["step_values"] = tuple((int(s), float(v)) for s, v in raw.get("step_values", ()))
+    return TrialResult(**raw)
+
+
+def pending(runs_dir: Path, study_name: str) -> Iterator[tuple[int, TrialResult, Path]]:
+    """The spooled results not yet recorded: (trial number, result, file), in trial order.
+    A file that cannot be read (cut by a full disk) is left where it is."""
+    folder = spool_dir(runs_dir, study_name)
+    for path in sorted(folder.glob("trial-*.json")) if folder.is_dir() else ():
+        try:
+            raw = json.loads(path.read_text())
+            yield int(raw["number"]), _result(raw["result"]), path
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+
+
+def replay(study: optuna.Study, runs_dir: Path,
+           record: Callable[[optuna.Study, optuna.Trial, TrialResult], None]) -> list[int]:
+    """Record every spooled result of this study; returns the trial numbers recorded.
+
+    ``record`` is the coordinator's own (tuner.coordinator.record_result). A trial still
+    RUNNING (its coordinator died before recording) gets its result; one already finished
+    as FAIL (found stale meanwhile) gets it as a new trial; one already recorded is done.
+    """
+    done = []
+    by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
+    for number, result, path in pending(runs_dir, study.study_name):
+        frozen = by_number.get(number)
+        if frozen is None:
+            continue  # another study's file under the same name: leave it
+        if frozen.state == TrialState.RUNNING:
+            record(study, optuna.Trial(study, trial_id(frozen)), result)
+            done.append(number)
+        elif frozen.state == TrialState.FAIL and frozen.user_attrs.get("status") is None:
+            _add_recovered(study, frozen, result)
+            done.append(number)
+        path.unlink(missing_ok=True)
+    return done
+
+
+def _add_recovered(study: optuna.Study, frozen: optuna.trial.FrozenTrial, result: TrialResult) -> None:
+    out = scheduling.outcome(result)
+    attrs = {k: v for k, v in frozen.user_attrs.items() if k in ("role", "ablation_knob", "ablation_of", "retry_of")}
+    attrs.update(out.attrs)
+    attrs["recovered_from"] = frozen.number
+    steps = dict(out.steps)
+    if out.state == "FAIL":
+        trial = optuna.trial.create_trial(state=TrialState.FAIL, params=frozen.params,
+                                          distributions=frozen.distributions, user_attrs=attrs,
+                                          intermediate_values=steps)
+    else:
+        trial = optuna.trial.create_trial(value=out.value, params=frozen.params, distributions=frozen.distributions,
+                                          user_attrs=attrs, intermediate_values=steps,
+                                          constraints={"failed": out.failed})
+    study.add_trial(trial)  # the ledger then charges the stale FAIL nothing (tuner.budget)
