@@ -5,7 +5,9 @@ mistake it cannot (a broken workload, a missing module on the nodes, a wrong bac
 every trial the same way. After ``limit`` consecutive trials end as `error` with the same
 message (trial numbers, paths' digits and addresses masked), the study stops, the error is
 printed once, and the process exits non-zero. `oom` and `timeout` never trip it: different
-configs running out of memory is what a search finds out.
+configs running out of memory is what a search finds out. Nor does an error that follows a
+knob value (every failing trial of the run has ``nccl_algo = Tree``, which NCCL cannot run):
+that too is the search's finding; the run then grows until its configs share no value.
 
 Example:
     >>> breaker = CircuitBreaker(limit=2)
@@ -20,6 +22,8 @@ Example:
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from tuner.errors import CircuitBreakerError
 
@@ -45,22 +49,26 @@ class CircuitBreaker:
     def __init__(self, limit: int = DEFAULT_LIMIT) -> None:
         self.limit = limit
         self._run: list[int] = []
+        self._params: list[dict[str, Any]] = []
         self._signature: str | None = None
 
-    def observe(self, number: int, status: str, message: str) -> None:
-        """Record one finished trial.
+    def observe(self, number: int, status: str, message: str, params: Mapping[str, Any] | None = None) -> None:
+        """Record one finished trial (``params``: its knob values).
 
         Raises:
-            CircuitBreakerError: the last ``limit`` trials failed with the same error.
+            CircuitBreakerError: the last ``limit`` or more trials failed with the same error
+                and their configs have no knob value in common.
         """
         if status != "error":
-            self._run, self._signature = [], None
+            self._run, self._params, self._signature = [], [], None
             return
         sig = signature(status, message)
         if sig != self._signature:
-            self._run, self._signature = [], sig
+            self._run, self._params, self._signature = [], [], sig
         self._run.append(number)
-        if self.limit and len(self._run) >= self.limit:
+        self._params.append(dict(params or {}))
+        shared = set.intersection(*(set((k, repr(v)) for k, v in p.items()) for p in self._params))
+        if self.limit and len(self._run) >= self.limit and not shared:
             one_line = " ".join(message.split())[:500] or "(no message)"
             raise CircuitBreakerError(
                 f"stopped: trials {', '.join(map(str, self._run))} failed with the same error: {one_line}; "

@@ -125,6 +125,7 @@ def run_study(spec: StudySpec, options: RunOptions,
     if recovered:
         emit(TrialEvent(kind="note", message=f"recorded trial(s) {', '.join(map(str, recovered))} from the "
                                              f"local spool (finished while the storage was away)"))
+    own_spool = spool.Spool(runs_dir.parent, name)
 
     def event(kind: str, **kw: Any) -> TrialEvent:
         best_value, best_ci = _best(study)
@@ -192,11 +193,12 @@ def run_study(spec: StudySpec, options: RunOptions,
             launched += 1
             result = label_budget_stop(result, reserved_gpu_seconds=reserved, estimate_gpu_seconds=estimate,
                                        timeout_s=spec.trial.timeout_s)
-            _record_spooled(study, trial, result, runs_dir)
+            _record_spooled(study, trial, result, own_spool)
             emit(event("end", number=trial.number, params=params, result=result))
-            breaker.observe(trial.number, result.status, result.message)
+            breaker.observe(trial.number, result.status, result.message, params)
     finally:
         cleanup.close()
+        own_spool.close()
         launcher.close()
         if stopped == "interrupted":
             emit(TrialEvent(kind="stop", message="interrupted: run the same command again to resume"))
@@ -252,11 +254,11 @@ def _admit(study: optuna.Study, raw_storage: Any, spec: StudySpec, limits: tuple
     return None
 
 
-def _record_spooled(study: optuna.Study, trial: optuna.Trial, result: TrialResult, runs_dir: Path) -> None:
+def _record_spooled(study: optuna.Study, trial: optuna.Trial, result: TrialResult, own_spool: spool.Spool) -> None:
     """Record a finished trial; its result waits in the local spool (tuner.spool) until the
     storage has it, so an outage longer than the retries, or a crash, never loses it."""
     try:
-        kept = spool.put(runs_dir.parent, study.study_name, trial.number, result)
+        kept = own_spool.put(trial.number, result)
     except OSError:  # a full disk: record it anyway, as before the spool
         kept = None
     with_retries(lambda: record_result(study, trial, result), what=f"recording trial {trial.number}")

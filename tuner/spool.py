@@ -2,7 +2,8 @@
 
 A trial that finishes while the database is down must not be thrown away. Before recording
 a result the coordinator writes it to ``<runs-dir>/<study>/spool/trial-NNNN.json``
-(atomically: write, fsync, rename) and deletes the file once the storage has it. If the
+(atomically: write, fsync, rename; in a folder of its own, flocked while it lives) and deletes
+the file once the storage has it. If the
 storage stays away longer than the coordinator waits (tuner.storage.OUTAGE_S) or the
 coordinator dies, the file stays; the next `tuner run` of the study records it before it
 admits anything (:func:`replay`). A trial that another coordinator has meanwhile failed as
@@ -15,16 +16,24 @@ Example:
     >>> runs = Path(tempfile.mkdtemp())
     >>> r = TrialResult(status="ok", launcher="sim", world_size=2, gpu_seconds=4.0, wall_seconds=2.0,
     ...                 step_values=((0, 10.0), (1, 12.0)))
-    >>> path = put(runs, "s", 3, r)
+    >>> mine = Spool(runs, "s")
+    >>> path = mine.put(3, r)
+    >>> [n for n, _, _ in pending(runs, "s")]        # its owner is alive: not for others to replay
+    []
+    >>> mine._lock.close()                           # the owner dies with its result unrecorded
     >>> [(n, res.step_values) for n, res, _ in pending(runs, "s")]
     [(3, ((0, 10.0), (1, 12.0)))]
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import json
 import os
+import socket
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -36,25 +45,43 @@ from tuner import scheduling
 from tuner.launch import TrialResult
 from tuner.optuna_internals import trial_id
 
-__all__ = ["spool_dir", "put", "pending", "replay"]
+__all__ = ["Spool", "spool_dir", "pending", "replay"]
 
 
 def spool_dir(runs_dir: Path, study_name: str) -> Path:
     return Path(runs_dir) / study_name / "spool"
 
 
-def put(runs_dir: Path, study_name: str, number: int, result: TrialResult) -> Path:
-    """Write one finished trial's result to the spool, atomically; returns the file."""
-    folder = spool_dir(runs_dir, study_name)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"trial-{number:04d}.json"
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    with open(tmp, "w") as fh:
-        json.dump({"number": number, "result": dataclasses.asdict(result)}, fh, default=str)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    return path
+class Spool:
+    """This coordinator's spool: ``spool/<owner>/`` and ``spool/<owner>.lock``, flocked for
+    its lifetime, so the next run (or a coordinator beside it) replays only a dead owner's
+    results, never those of a live one that is recording them."""
+
+    def __init__(self, runs_dir: Path, study_name: str) -> None:
+        root = spool_dir(runs_dir, study_name)
+        root.mkdir(parents=True, exist_ok=True)
+        owner = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.folder = root / owner
+        self._lock = open(root / f"{owner}.lock", "w")  # noqa: SIM115 - held until close()
+        fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+    def put(self, number: int, result: TrialResult) -> Path:
+        """Write one finished trial's result, atomically; returns the file."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / f"trial-{number:04d}.json"
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "w") as fh:
+            json.dump({"number": number, "result": dataclasses.asdict(result)}, fh, default=str)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        return path
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.folder.rmdir()  # only when empty: what is left waits for the next run
+            Path(self._lock.name).unlink()
+        self._lock.close()
 
 
 def _result(raw: dict[str, Any]) -> TrialResult:
@@ -63,16 +90,39 @@ def _result(raw: dict[str, Any]) -> TrialResult:
     return TrialResult(**raw)
 
 
-def pending(runs_dir: Path, study_name: str) -> Iterator[tuple[int, TrialResult, Path]]:
-    """The spooled results not yet recorded: (trial number, result, file), in trial order.
-    A file that cannot be read (cut by a full disk) is left where it is."""
-    folder = spool_dir(runs_dir, study_name)
-    for path in sorted(folder.glob("trial-*.json")) if folder.is_dir() else ():
+@contextlib.contextmanager
+def _dead_owner(lock_path: Path) -> Iterator[bool]:
+    """True (holding its lock meanwhile) when the spool's owner is gone."""
+    with open(lock_path, "a") as fh:
         try:
-            raw = json.loads(path.read_text())
-            yield int(raw["number"]), _result(raw["result"]), path
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def pending(runs_dir: Path, study_name: str) -> Iterator[tuple[int, TrialResult, Path]]:
+    """The results dead coordinators spooled and the storage never got: (trial number,
+    result, file), in trial order. A file that cannot be read (cut by a full disk) stays."""
+    root = spool_dir(runs_dir, study_name)
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else ():
+        with _dead_owner(root / f"{folder.name}.lock") as dead:
+            if not dead:
+                continue
+            for path in sorted(folder.glob("trial-*.json")):
+                try:
+                    raw = json.loads(path.read_text())
+                    item = int(raw["number"]), _result(raw["result"]), path
+                except (OSError, ValueError, KeyError, TypeError):
+                    continue
+                yield item
+            with contextlib.suppress(OSError):  # all recorded: the dead owner's folder goes
+                folder.rmdir()
+                (root / f"{folder.name}.lock").unlink()
 
 
 def replay(study: optuna.Study, runs_dir: Path,
@@ -90,8 +140,9 @@ def replay(study: optuna.Study, runs_dir: Path,
         if frozen is None:
             continue  # another study's file under the same name: leave it
         if frozen.state == TrialState.RUNNING:
-            record(study, optuna.Trial(study, trial_id(frozen)), result)
-            done.append(number)
+            with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):  # found stale just now
+                record(study, optuna.Trial(study, trial_id(frozen)), result)
+                done.append(number)
         elif frozen.state == TrialState.FAIL and frozen.user_attrs.get("status") is None:
             _add_recovered(study, frozen, result)
             done.append(number)
