@@ -98,8 +98,6 @@ class ProgressState:
             if self.running_reserved is not None:
                 live = min(live, self.running_reserved)
         self.shown_gpu_seconds = max(self.shown_gpu_seconds, self.committed_gpu_seconds + live)
-        if self.used_at_start is None:
-            self.used_at_start = self.shown_gpu_seconds
         return self.shown_gpu_seconds
 
     def eta_seconds(self, *, now: float) -> float | None:
@@ -131,6 +129,8 @@ class ProgressState:
             self.committed_gpu_seconds = event.used_gpu_seconds
             self.running, self.running_gpus, self.result_path = None, 0, None
             self.done += 1
+        if has_ledger and self.used_at_start is None:
+            self.used_at_start = self.committed_gpu_seconds   # this run's spend starts here (a resume starts above 0)
         if has_ledger and event.best_value is not None:
             self.best_value = event.best_value
             self.best_ci = getattr(event, "best_ci", None)
