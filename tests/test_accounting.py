@@ -92,3 +92,27 @@ def test_extending_a_finished_study_searches_on_and_plans_the_ablation_again(tmp
                       and t.state == TrialState.COMPLETE]
     assert searched_after                                   # the search went on
     assert study.user_attrs["budget_extended_from_gpu_seconds"] == 100.0
+
+
+@pytest.mark.slow
+def test_a_sim_budget_is_spent_not_left_over_after_the_ablation(tmp_path):
+    """Before: a 400 GPU-h sim run stopped at 345 GPU-h ("stopped: budget", 55 left) once the
+    ablation was done. The same command at 40 GPU-h (the 400 GPU-h run is in the closing note)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    spec = Path(__file__).resolve().parents[1] / "studies" / "llama7b-h100x32.toml"
+    db = f"sqlite:///{tmp_path}/t.db"
+    proc = subprocess.run([sys.executable, "-m", "tuner.cli", "run", "--study", str(spec), "--launcher", "sim",
+                           "--budget", "40gpuh", "--storage", db, "--quiet", "--runs-dir", str(tmp_path / "runs")],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    study = optuna.load_study(study_name="llama7b-h100x32-sim", storage=db)
+    used = ledger_from_trials(study.trials, 40 * 3600).used_gpu_seconds
+    assert used >= 0.98 * 40 * 3600 and used <= 40 * 3600 + 1e-6
+    assert any(t.user_attrs.get("role") == "ablation" and t.state == TrialState.COMPLETE for t in study.trials)
+    launched = [t for t in study.trials if t.user_attrs.get("status") not in ("repeat", "skipped")]
+    keys = [repr(sorted(t.params.items())) for t in launched if not t.user_attrs.get("role")
+            and "retry_of" not in t.user_attrs]
+    assert len(keys) == len(set(keys))                       # no accidental repeat was launched

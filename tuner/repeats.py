@@ -8,7 +8,8 @@ again and again: in a 400 GPU-h sim run 67 of 352 search trials were exact repea
   the study's first coordinator, so a fresh study is reproducible, then one more per start);
 * at admission a fresh suggestion equal to a finished (COMPLETE) or running trial's params
   is not launched: it is recorded as FAIL with status `repeat` (0 GPU-s; analysis and the
-  budget leave it out) and a random unseen configuration is queued in its place
+  budget leave it out) and the nearest unseen configuration of random draws (fewest knobs
+  changed) is queued in its place
   (:func:`screen`, :func:`unseen_config`); when none is left the search is exhausted;
 * deliberate re-measurements (the baseline, the ablation's re-run of the best, retries) are
   queued trials; when one repeats a finished config it is labelled ``remeasurement_of``.
@@ -57,16 +58,27 @@ def duplicate_of(params: dict[str, Any], trials: Iterable[optuna.trial.FrozenTri
 
 
 def unseen_config(spec: StudySpec, trials: Iterable[optuna.trial.FrozenTrial], *, seed: int,
-                  keep: dict[str, Any] | None = None) -> dict[str, Any] | None:
+                  near: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """A random configuration of the space that no COMPLETE or RUNNING trial has, or None.
-    With ``keep``, one that sets at least its knobs (a trial's params can change, not go)."""
+
+    With ``near`` (the sampler's repeated suggestion), the unseen draw that differs from it
+    in the fewest knobs: the search stays where the sampler wanted to look.
+    """
     seen = {config_key(t.params) for t in trials if t.state in (TrialState.COMPLETE, TrialState.RUNNING)}
     scratch = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
+    best, best_distance = None, None
     for _ in range(MAX_DRAWS):
         params = suggest_params(scratch.ask(), spec)
-        if config_key(params) not in seen and set(keep or ()) <= set(params):
+        if config_key(params) in seen:
+            continue
+        if near is None:
             return params
-    return None
+        distance = sum(params.get(k) != near.get(k) for k in set(params) | set(near))
+        if best_distance is None or distance < best_distance:
+            best, best_distance = params, distance
+        if distance <= 1:
+            break
+    return best
 
 
 def screen(study: optuna.Study, spec: StudySpec, trial: optuna.Trial, params: dict[str, Any],
@@ -83,7 +95,7 @@ def screen(study: optuna.Study, spec: StudySpec, trial: optuna.Trial, params: di
     if any(key in trial.user_attrs for key in ("role", "retry_of", "replaces_repeat")):
         trial.set_user_attr("remeasurement_of", dup)
         return False
-    alt = unseen_config(spec, trials, seed=spec.study.seed + trial.number)
+    alt = unseen_config(spec, trials, seed=spec.study.seed + trial.number, near=params)
     trial.set_user_attr("status", REPEAT)
     trial.set_user_attr("gpu_seconds", 0.0)
     trial.set_user_attr("message", f"not run: an exact repeat of trial {dup}"
