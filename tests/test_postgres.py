@@ -28,6 +28,9 @@ from tuner.storage import open_storage
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]  # coordinators as processes, private servers
 ROOT = Path(__file__).resolve().parents[1]
 SPEC_7B = ROOT / "studies" / "llama7b-h100x32.toml"
+# 72 configs: enough that ~20 trials never exhaust the space (tuner.repeats stops a search
+# that has run every config, instead of repeating one)
+WIDE = "grad_accum = [1, 2, 4, 8]"
 
 
 def tuner(*args, env=None, **kw):
@@ -80,7 +83,7 @@ def check_budget_kept(trials, limit):
 # ------------------------------------------------------------ many coordinators, one budget
 
 def test_five_coordinators_share_one_budget(pg_url, tmp_path):
-    spec = fast_spec(tmp_path)
+    spec = fast_spec(tmp_path, extra_space=WIDE, extra_baseline="grad_accum = 1")
     procs, errors = start_coordinators(5, spec, pg_url, 150.0, tmp_path / "runs", sleep_s=0.3)
     join_all(procs, errors)
     trials = optuna.load_study(study_name="fast", storage=pg_url).get_trials()
@@ -134,12 +137,13 @@ def test_kill_9_mid_trial_then_resume(pg_url, tmp_path):
     victim = tuner(*args, env={"FAST_OBJECTIVE_MODE": "hang"}, start_new_session=True)
     engine = sqlalchemy.create_engine(pg_url, poolclass=sqlalchemy.pool.NullPool)
 
-    def beating():  # the victim's trial is RUNNING and its heartbeat thread has beaten
+    def beating():  # the victim's trial is RUNNING and its heartbeat thread has beaten (and said how long it ran)
         with engine.connect() as conn:
             try:
                 return conn.execute(sqlalchemy.text(
                     "SELECT count(*) FROM trials JOIN trial_heartbeats USING (trial_id) "
-                    "WHERE state = 'RUNNING'")).scalar() > 0
+                    "JOIN trial_user_attributes USING (trial_id) "
+                    "WHERE state = 'RUNNING' AND key = 'ran_gpu_seconds'")).scalar() > 0
             except sqlalchemy.exc.ProgrammingError:             # no tables yet
                 return False
 
@@ -172,7 +176,7 @@ def test_kill_9_mid_trial_then_resume(pg_url, tmp_path):
 
 def test_database_restart_mid_study_loses_nothing(compose_pg, private_db_url, tmp_path):
     """Restarts a private server (never the shared one: other people's tests use it)."""
-    spec = fast_spec(tmp_path)
+    spec = fast_spec(tmp_path, extra_space=WIDE, extra_baseline="grad_accum = 1")
     # A short grace period: an admission cut by the restart after its `ask` leaves a RUNNING
     # trial nobody runs; like a dead coordinator's, it turns FAIL and is retried.
     procs, errors = start_coordinators(2, spec, private_db_url, 160.0, tmp_path / "runs", sleep_s=0.05, grace_s=3)
@@ -284,7 +288,7 @@ def test_a_120_s_database_outage_mid_study_is_survived_and_loses_no_finished_tri
     """Stops a private server (never the shared one) for 120 s while a coordinator runs trials.
     Before: the coordinator died ~35 s into a 60 s outage and the trial that finished meanwhile
     was failed, charged and retried on the next run."""
-    spec = fast_spec(tmp_path)
+    spec = fast_spec(tmp_path, extra_space=WIDE, extra_baseline="grad_accum = 1")
     notes = tmp_path / "notes.txt"
     ctx = mp.get_context("fork")
     out = ctx.Queue()
@@ -318,7 +322,7 @@ def test_a_120_s_database_outage_mid_study_is_survived_and_loses_no_finished_tri
     assert not [t.number for t in ran if t.state != TrialState.COMPLETE]            # none failed, none retried
     said = notes.read_text()
     assert said.count("storage unreachable for") >= 3 and "giving up after 300 s" in said
-    assert not list((tmp_path / "runs" / "fast" / "spool").glob("*.json"))           # spool emptied
+    assert not list((tmp_path / "runs" / "fast" / "spool").rglob("*.json"))          # spool emptied
 
 
 def _start_together(spec, url, runs_dir, barrier, out):
@@ -335,7 +339,7 @@ def _start_together(spec, url, runs_dir, barrier, out):
 def test_three_coordinators_started_at_the_same_instant_on_an_empty_database_all_join(private_db_url, tmp_path):
     """The `pg_type_typname_nsp_index` schema-creation race: tables, study and baseline are
     created once, and every coordinator joins."""
-    spec = fast_spec(tmp_path)
+    spec = fast_spec(tmp_path, extra_space=WIDE, extra_baseline="grad_accum = 1")
     ctx = mp.get_context("fork")
     barrier, out = ctx.Barrier(3), ctx.Queue()
     procs = [ctx.Process(target=_start_together, args=(spec, private_db_url, tmp_path / "runs", barrier, out))
