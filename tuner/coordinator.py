@@ -155,6 +155,8 @@ def run_study(spec: StudySpec, options: RunOptions,
                     if skipped:
                         emit(event("note", message=f"budget spent: queued trial(s) {', '.join(map(str, skipped))} "
                                                    "not run (status skipped)"))
+                    if study.user_attrs.get("search_exhausted"):  # every config ran (tuner.repeats)
+                        stopped = "search exhausted"
                     break
                 if not running <= waiting_on:
                     launcher.close()  # an idle allocation goes back while we wait; launch takes a new one

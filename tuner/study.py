@@ -53,7 +53,7 @@ class RunSummary:
     best: dict[str, Any] | None = None
     """The best ok trial: number, tokens/s/GPU, params, role; None before any."""
     stopped: str = ""
-    """Why the loop ended: `budget`, `max_trials`, `interrupted`."""
+    """Why the loop ended: `budget`, `max_trials`, `interrupted`, `search exhausted` (every config ran)."""
     simulated: bool = False
     """Trials came from the sim launcher's performance model, not from real jobs."""
 
