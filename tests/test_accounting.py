@@ -96,8 +96,10 @@ def test_extending_a_finished_study_searches_on_and_plans_the_ablation_again(tmp
 
 @pytest.mark.slow
 def test_a_sim_budget_is_spent_not_left_over_after_the_ablation(tmp_path):
-    """Before: a 400 GPU-h sim run stopped at 345 GPU-h ("stopped: budget", 55 left) once the
-    ablation was done. The same command at 40 GPU-h (the 400 GPU-h run is in the closing note)."""
+    """Before: a 400 GPU-h sim run stopped at 345 GPU-h ("stopped: budget", 55 left, 86%) once
+    the ablation was done. The same command at 40 GPU-h, which takes minutes, not half an hour
+    (the 400 GPU-h run, >= 98%, is in issue 18's closing note). At 40 GPU-h one trial is ~2-3%
+    of the budget, so what is left when the next one no longer fits can be that much."""
     import subprocess
     import sys
     from pathlib import Path
@@ -110,7 +112,7 @@ def test_a_sim_budget_is_spent_not_left_over_after_the_ablation(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     study = optuna.load_study(study_name="llama7b-h100x32-sim", storage=db)
     used = ledger_from_trials(study.trials, 40 * 3600).used_gpu_seconds
-    assert used >= 0.98 * 40 * 3600 and used <= 40 * 3600 + 1e-6
+    assert used >= 0.95 * 40 * 3600 and used <= 40 * 3600 + 1e-6
     assert any(t.user_attrs.get("role") == "ablation" and t.state == TrialState.COMPLETE for t in study.trials)
     launched = [t for t in study.trials if t.user_attrs.get("status") not in ("repeat", "skipped")]
     keys = [repr(sorted(t.params.items())) for t in launched if not t.user_attrs.get("role")

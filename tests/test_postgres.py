@@ -90,7 +90,7 @@ def test_five_coordinators_share_one_budget(pg_url, tmp_path):
     check_budget_kept(trials, 150.0)
     assert all(t.state == TrialState.COMPLETE for t in trials if t.user_attrs.get("status") != "repeat")
     # trials overlapped across processes (on a busy 2-core machine some start late)
-    assert len({t.user_attrs["pid"] for t in trials}) >= 3
+    assert len({t.user_attrs["pid"] for t in trials if "pid" in t.user_attrs}) >= 3
     assert sum(t.user_attrs.get("role") == "baseline" for t in trials) == 1
 
 
@@ -168,7 +168,7 @@ def test_kill_9_mid_trial_then_resume(pg_url, tmp_path):
     assert ledger.used_gpu_seconds <= 60 + max(t.user_attrs.get("gpu_seconds", 0) for t in trials)
     charged = {e.number: e.charged_gpu_seconds for e in ledger.entries}
     # the dead trial is charged what it ran by its last heartbeat, not its 30 GPU-s reservation
-    assert 0 < charged[0] == pytest.approx(dead.user_attrs["ran_gpu_seconds"]) < 30.0
+    assert charged[0] == pytest.approx(dead.user_attrs["ran_gpu_seconds"]) and 0 < charged[0] < 30.0
     # the killed coordinator's job did not outlive it (PR_SET_PDEATHSIG)
     left = subprocess.run(["pgrep", "-f", str(tmp_path / "runs")], capture_output=True, text=True).stdout.split()
     assert not left
