@@ -68,3 +68,17 @@ def test_a_result_whose_trial_went_stale_meanwhile_becomes_a_recovered_trial_cha
     assert recovered[0].params == {"micro_batch": trial.params["micro_batch"]}
     assert ledger_from_trials(trials, limit).used_gpu_seconds == pytest.approx(12.0)   # not 30 + 12
     assert spool.replay(study, tmp_path / "runs", record_result) == []                 # once
+
+
+def test_a_result_whose_trial_was_failed_as_stale_while_it_ran_is_recovered_not_dropped(tmp_path):
+    """A busy machine: another coordinator found the trial stale before its result came."""
+    spec = fast_spec(tmp_path)
+    study, limit = open_study(spec, storage_url=f"sqlite:///{tmp_path}/t.db", budget_gpu_seconds=100.0)
+    trial = study.ask()
+    trial.suggest_categorical("micro_batch", (1, 2, 4))
+    study.tell(trial, state=TrialState.FAIL)               # failed as stale meanwhile
+    assert record_result(study, trial, RESULT) is False    # its own record is refused...
+    assert spool.recover_late(study, trial.number, RESULT)  # ...so the result becomes a new trial
+    assert not spool.recover_late(study, trial.number, RESULT)                           # once
+    recovered = [t for t in study.get_trials() if t.user_attrs.get("recovered_from") == trial.number]
+    assert len(recovered) == 1 and recovered[0].value == pytest.approx(505.5)

@@ -263,7 +263,8 @@ def _record_spooled(study: optuna.Study, trial: optuna.Trial, result: TrialResul
         kept = own_spool.put(trial.number, result)
     except OSError:  # a full disk: record it anyway, as before the spool
         kept = None
-    with_retries(lambda: record_result(study, trial, result), what=f"recording trial {trial.number}")
+    if not with_retries(lambda: record_result(study, trial, result), what=f"recording trial {trial.number}"):
+        with_retries(lambda: spool.recover_late(study, trial.number, result), what=f"recovering trial {trial.number}")
     if kept is not None:
         kept.unlink(missing_ok=True)
 
@@ -319,11 +320,12 @@ def _skip_unrunnable(study: optuna.Study, raw_storage: Any) -> list[int]:
     return [t.number for t in trials]
 
 
-def record_result(study: optuna.Study, trial: optuna.Trial, result: TrialResult) -> None:
-    """Tell the study a launcher's result (tuner.scheduling.outcome says how); a no-op when
-    the trial is already finished (a retry after a dropped connection whose first tell landed)."""
+def record_result(study: optuna.Study, trial: optuna.Trial, result: TrialResult) -> bool:
+    """Tell the study a launcher's result (tuner.scheduling.outcome says how). False, doing
+    nothing, when the trial is already finished: a retry after a dropped connection whose
+    first tell landed, or a trial another coordinator found stale meanwhile."""
     if _finished(study, trial):
-        return
+        return False
     out = scheduling.outcome(result)
     for step, value in out.steps:
         trial.report(value, step)
@@ -333,9 +335,10 @@ def record_result(study: optuna.Study, trial: optuna.Trial, result: TrialResult)
         study.tell(trial, state=TrialState.FAIL)
         if out.retry:
             retry_once(study, study_storage(study).get_trial(trial_id(trial)))
-        return
+        return True
     trial.set_constraint("failed", out.failed)
     study.tell(trial, out.value)
+    return True
 
 
 def _record_interrupted(study: optuna.Study, trial: optuna.Trial, gpu_seconds: float, message: str) -> None:

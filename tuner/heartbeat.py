@@ -12,6 +12,8 @@ import threading
 import time
 from typing import Any
 
+import optuna
+
 from tuner.storage import HEARTBEAT_INTERVAL_S, with_retries
 
 __all__ = ["Heartbeat"]
@@ -34,7 +36,10 @@ class Heartbeat:
             ran = self._gpus * (time.monotonic() - self._t0 + self._interval_s)
             if self._reserved is not None:
                 ran = min(ran, self._reserved)
-            self._storage.set_trial_user_attr(self._trial_id, "ran_gpu_seconds", float(ran))
+            try:
+                self._storage.set_trial_user_attr(self._trial_id, "ran_gpu_seconds", float(ran))
+            except optuna.exceptions.UpdateFinishedTrialError:
+                pass  # found stale by another coordinator meanwhile: its result is recovered (tuner.spool)
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):

@@ -45,7 +45,7 @@ from tuner import scheduling
 from tuner.launch import TrialResult
 from tuner.optuna_internals import trial_id
 
-__all__ = ["Spool", "spool_dir", "pending", "replay"]
+__all__ = ["Spool", "spool_dir", "pending", "replay", "recover_late"]
 
 
 def spool_dir(runs_dir: Path, study_name: str) -> Path:
@@ -148,6 +148,19 @@ def replay(study: optuna.Study, runs_dir: Path,
             done.append(number)
         path.unlink(missing_ok=True)
     return done
+
+
+def recover_late(study: optuna.Study, number: int, result: TrialResult) -> bool:
+    """A result whose trial another coordinator failed as stale while it ran (a busy machine,
+    a storage outage longer than the grace period): recorded as a new trial. False when the
+    trial ended some other way (already recorded)."""
+    frozen = next((t for t in study.get_trials(deepcopy=False) if t.number == number), None)
+    if frozen is None or frozen.state != TrialState.FAIL or frozen.user_attrs.get("status") is not None:
+        return False
+    if any(t.user_attrs.get("recovered_from") == number for t in study.get_trials(deepcopy=False)):
+        return False
+    _add_recovered(study, frozen, result)
+    return True
 
 
 def _add_recovered(study: optuna.Study, frozen: optuna.trial.FrozenTrial, result: TrialResult) -> None:
