@@ -40,7 +40,7 @@ from tuner.optuna_internals import rdb_storage, study_storage, trial_id
 from tuner.preflight import check_runs_dir, needs_preflight, preflight
 from tuner.space import complete_params, suggest_params
 from tuner.spec import StudySpec, study_name_problem
-from tuner.storage import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, admission_lock, retry_notes, with_retries
+from tuner.storage import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, admission_lock, open_storage, retry_notes, with_retries
 from tuner.study import RunSummary, open_study, retry_once, summarize
 
 __all__ = ["RunOptions", "TrialEvent", "run_study", "record_result", "adaptive_bar"]
@@ -110,6 +110,7 @@ def run_study(spec: StudySpec, options: RunOptions,
     runs_dir = check_runs_dir(Path(options.runs_dir).resolve() / name)  # before a trial could fail on it
     launcher = launcher or get_launcher(spec)
     if options.preflight and needs_preflight(spec, simulated=launcher.simulated):
+        open_storage(options.storage_url, heartbeat=False).engine.dispose()  # a bad storage first: it is quicker
         emit(TrialEvent(kind="note", message=preflight(spec)))
     study, limit = open_study(spec, storage_url=options.storage_url, study_name=options.study_name,
                               budget_gpu_seconds=options.budget_gpu_seconds,

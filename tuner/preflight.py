@@ -14,7 +14,7 @@ sim launcher loads nothing. Failures preflight cannot see are the circuit breake
 Example:
     >>> spec = load_spec("studies/quickstart.toml")                # doctest: +SKIP
     >>> preflight(spec)                                          # doctest: +SKIP
-    'data: 2000 examples; tokenizer: 8000 tokens; model: tiny (2 layers)'
+    'preflight ok: data 2000 examples; tokenizer vocabulary 541; model tiny (2 layers)'
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def preflight(spec: StudySpec) -> str:
     except Exception as exc:  # noqa: BLE001
         raise PreflightError(f"preflight: {key} {value}: {_why(exc)}") from None
     layers = getattr(config, "num_hidden_layers", "?")
-    return (f"preflight ok: data {len(examples)} examples; tokenizer {tokenizer.vocab_size} tokens; "
+    return (f"preflight ok: data {len(examples)} examples; tokenizer vocabulary {tokenizer.vocab_size}; "
             f"model {value} ({layers} layers)")
 
 
