@@ -22,7 +22,7 @@ from torch import nn
 from helper.presets import ModelArch, get_preset
 
 __all__ = ["llama_config", "build_model", "transformer_blocks", "materialize", "load_pretrained",
-           "count_params"]
+           "count_params", "model_config"]
 
 INIT_STD = 0.02
 """Std of the normal init of matrices and embeddings: HF LlamaConfig.initializer_range."""
@@ -47,17 +47,17 @@ def llama_config(arch: ModelArch, *, seq_len: int, vocab_size: int | None = None
         initializer_range=INIT_STD, use_cache=False)
 
 
-def build_model(model_cfg: Mapping[str, Any], *, vocab_size: int | None = None) -> nn.Module:
-    """The model of the spec's [model] section, on the meta device (no storage yet).
-
-    ``path`` (a local HF checkpoint directory) wins over ``preset``; its architecture comes
-    from its config.json and its weights later from :func:`load_pretrained`.
+def model_config(model_cfg: Mapping[str, Any], *, vocab_size: int | None = None):
+    """The `transformers` config of the spec's [model] section: a checkpoint's config.json
+    (``path``, a local folder or a hub name) or a preset's LlamaConfig. Reads no weights, so
+    the coordinator's preflight (tuner.preflight) calls it before any trial.
 
     Raises:
         ValueError: neither a path nor a known preset; a tokenizer larger than the
             checkpoint's vocabulary (token ids would fall outside the embedding).
+        OSError: ``path`` is neither a local folder nor reachable on the hub.
     """
-    from transformers import AutoConfig, AutoModelForCausalLM, LlamaForCausalLM
+    from transformers import AutoConfig
 
     path = model_cfg.get("path")
     if path:
@@ -66,8 +66,7 @@ def build_model(model_cfg: Mapping[str, Any], *, vocab_size: int | None = None) 
         if vocab_size and vocab_size > config.vocab_size:
             raise ValueError(f"model.path {path}: vocabulary {config.vocab_size} is smaller than the "
                              f"tokenizer's {vocab_size}; use the checkpoint's own tokenizer (data.tokenizer)")
-        with torch.device("meta"):
-            return AutoModelForCausalLM.from_config(config)
+        return config
     preset = model_cfg.get("preset")
     if not preset:
         raise ValueError("model: set `preset` or `path`")
@@ -75,8 +74,25 @@ def build_model(model_cfg: Mapping[str, Any], *, vocab_size: int | None = None) 
         arch = get_preset(preset)
     except KeyError as exc:
         raise ValueError(f"model.preset: {exc.args[0]}") from None
+    return llama_config(arch, seq_len=int(model_cfg["seq_len"]), vocab_size=vocab_size)
+
+
+def build_model(model_cfg: Mapping[str, Any], *, vocab_size: int | None = None) -> nn.Module:
+    """The model of the spec's [model] section, on the meta device (no storage yet).
+
+    ``path`` (a local HF checkpoint directory) wins over ``preset``; its architecture comes
+    from its config.json (:func:`model_config`) and its weights later from :func:`load_pretrained`.
+
+    Raises:
+        ValueError, OSError: as :func:`model_config`.
+    """
+    from transformers import AutoModelForCausalLM, LlamaForCausalLM
+
+    config = model_config(model_cfg, vocab_size=vocab_size)
     with torch.device("meta"):
-        return LlamaForCausalLM(llama_config(arch, seq_len=int(model_cfg["seq_len"]), vocab_size=vocab_size))
+        if model_cfg.get("path"):
+            return AutoModelForCausalLM.from_config(config)
+        return LlamaForCausalLM(config)
 
 
 def transformer_blocks(model: nn.Module) -> list[nn.Module]:

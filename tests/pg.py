@@ -108,6 +108,8 @@ class PrivateServer:
     user: str
     password: str
     db: str
+    options: str = ""
+    """The server options it was started with (``start()`` uses them again)."""
 
     def url(self, db: str | None = None, *, password: str | None = None) -> str:
         return (f"postgresql+psycopg2://{self.user}:{self.password if password is None else password}"
@@ -124,6 +126,13 @@ class PrivateServer:
     def stop(self) -> None:
         with contextlib.suppress(Exception):
             self._ctl("stop", "-m", "immediate")
+
+    def pause(self) -> None:
+        """Stop the server (an outage: clients get "connection refused") until ``start()``."""
+        self._ctl("stop", "-m", "fast")
+
+    def start(self) -> None:
+        self._ctl("start", "-o", self.options)
 
 
 def _as_postgres(cmd: list[str]) -> list[str]:
@@ -158,11 +167,12 @@ def start_private_server(*, user: str, password: str, db: str, options: list[str
                                  "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--no-sync"]),
                    check=True, timeout=120, capture_output=True)
     port = free_port()
-    server = PrivateServer(bindir=bindir, datadir=datadir, port=port, user=user, password=password, db=db)
     # the compose file's own server options, then what a throwaway test server needs
     opts = " ".join([*options, "-p", str(port), "-c", "listen_addresses=127.0.0.1",
                      "-c", f"unix_socket_directories={base}", "-c", "fsync=off"])
-    server._ctl("start", "-o", opts)
+    server = PrivateServer(bindir=bindir, datadir=datadir, port=port, user=user, password=password, db=db,
+                           options=opts)
+    server.start()
     conn = _connect("127.0.0.1", port, user, password=password)
     with conn.cursor() as cur:
         cur.execute(f'CREATE DATABASE "{db}"')

@@ -13,7 +13,7 @@ FAST_OBJECTIVE = FIXTURES / "fast_objective.py"
 
 def fast_spec(tmp_path: Path, *, name: str = "fast", timeout_s: float = 60, extra_space: str = "",
               launcher: str = "local", ablation_share: float = 0.0, estimate: float = 10.0,
-              baseline: bool = True) -> StudySpec:
+              baseline: bool = True, extra_baseline: str = "") -> StudySpec:
     text = f"""
     [study]
     name = "{name}"
@@ -40,11 +40,12 @@ def fast_spec(tmp_path: Path, *, name: str = "fast", timeout_s: float = 60, extr
     {extra_space}
     """
     if baseline:
-        text += """
+        text += f"""
     [baseline]
     micro_batch = 1
     padding = "max_length"
     nccl_algo = "default"
+    {extra_baseline}
     """
     path = tmp_path / f"{name}.toml"
     path.write_text(textwrap.dedent(text))

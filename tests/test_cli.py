@@ -64,7 +64,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
 def test_storage_precedence_flag_env_default(tmp_path):
     spec = fast_spec(tmp_path)
     env = {"TUNER_STORAGE": f"sqlite:///{tmp_path}/env.db", "FAST_OBJECTIVE_MODE": "ok"}
-    out = tuner("run", "--study", spec.source_path, "--budget", "15gpus", "--max-trials", "1", "--quiet",
+    out = tuner("run", "--study", spec.source_path, "--budget", "60gpus", "--max-trials", "1", "--quiet",
                 cwd=tmp_path, env=env)
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "env.db").exists() and not (tmp_path / "tuner.db").exists()

@@ -58,13 +58,15 @@ def test_study_record_budget_and_baseline(tmp_path, storage_url):
     spec = fast_spec(tmp_path)
     summary = run_study(spec, options(storage_url, tmp_path, budget_gpu_seconds=95.0), launcher=FakeLauncher(spec))
     study = load(storage_url)
-    # configs screened out before launch (tuner.screening: here micro_batch 4 after its OOM)
-    trials = [t for t in study.get_trials() if t.user_attrs.get("status") != "pruned"]
+    # configs screened out before launch (tuner.screening: here micro_batch 4 after its OOM) and a
+    # sampler's exact repeats (tuner.repeats) are never launched: FAIL `pruned` / `repeat` at 0 GPU-s
+    trials = [t for t in study.get_trials() if t.user_attrs.get("status") not in ("pruned", "repeat")]
     assert trials[0].user_attrs["role"] == "baseline"
     assert trials[0].params == {"micro_batch": 1, "padding": "max_length", "nccl_algo": "default"}
     assert summary.stopped == "budget" and summary.launched == 9       # 9 x 10 <= 95 < 10 x 10
     assert summary.used_gpu_seconds <= 95.0
     assert all(t.state == TrialState.COMPLETE for t in trials)
+    assert len({repr(sorted(t.params.items())) for t in trials}) == len(trials)   # no config ran twice
     for t in trials:
         status = t.user_attrs["status"]
         assert t.user_attrs["gpu_seconds"] == 10.0 and t.user_attrs["reserved_gpu_seconds"] > 0
@@ -153,7 +155,8 @@ def test_ablation_runs_the_budget_cannot_pay_for_end_skipped_and_out_of_the_stat
     assert summary.statuses["skipped"] == len(skipped)
     analysis = analyze_record(study_record(study), n_boot=0)
     assert analysis["n_skipped"] == len(skipped)
-    assert analysis["n_trials"] == len(study.trials) - len(skipped)
+    repeats = [t for t in study.trials if t.user_attrs.get("status") == "repeat"]   # never launched
+    assert analysis["n_trials"] == len(study.trials) - len(skipped) - len(repeats)
     assert not {t.number for t in skipped} & {t["trial"] for t in analysis["trials"]}
 
 

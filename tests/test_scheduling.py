@@ -34,7 +34,10 @@ def test_the_search_ends_at_its_share_then_the_ablation_is_planned_once():
     assert decide(ledger([10.0] * 10), ablation=False, search_limit_gpu_seconds=100.0).action == "stop"
     planned = decide(ledger([10.0] * 8), ablation_planned=True, queued=True)
     assert planned.action == "launch"                                        # the queued ablation runs go on
-    assert decide(ledger([10.0] * 8), ablation_planned=True, queued=False).action == "stop"
+    # the ablation done, what is left of its share goes back to the search (issue 18, item 5)
+    after = decide(ledger([10.0] * 8), ablation_planned=True, queued=False)
+    assert after.action == "launch" and after.cap_gpu_seconds == 20.0
+    assert decide(ledger([10.0] * 10), ablation_planned=True, queued=False).action == "stop"
     assert search_limit(100.0, 0.15, ablation=True) == pytest.approx(85.0)
     assert search_limit(100.0, 0.15, ablation=False) == 100.0
 
@@ -67,3 +70,26 @@ def test_outcomes():
     assert (oom.state, oom.value, oom.failed) == ("COMPLETE", 0.0, 1.0) and oom.attrs["status"] == "oom"
     node = outcome(TrialResult(status="error", message="node died", extra={"slurm_failure": "NODE_FAIL"}, **common()))
     assert (node.state, node.value, node.failed, node.retry) == ("FAIL", None, None, True)
+
+
+def test_an_exhausted_search_plans_the_ablation_then_runs_only_queued_trials():
+    assert decide(ledger([10.0] * 2), search_exhausted=True).action == "plan_ablation"
+    assert decide(ledger([10.0] * 2), search_exhausted=True, ablation_planned=True, queued=True).action == "launch"
+    stop = decide(ledger([10.0] * 2), search_exhausted=True, ablation_planned=True)
+    assert stop.action == "stop" and stop.reason == "search exhausted"
+    assert decide(ledger([10.0] * 2), search_exhausted=True, ablation=False).action == "stop"
+
+
+def test_a_trial_cut_by_the_budget_is_not_its_configs_timeout():
+    from tuner.accounting import label_budget_stop
+    cut = TrialResult(status="timeout", launcher="sim", world_size=4, gpu_seconds=20.0, wall_seconds=5.0,
+                      step_values=((0, 50.0),))
+    labelled = label_budget_stop(cut, reserved_gpu_seconds=20.0, estimate_gpu_seconds=10.0, timeout_s=900)
+    out = outcome(labelled)
+    assert out.state == "FAIL" and out.failed is None and not out.retry   # no constraint: does not steer
+    assert out.attrs["status"] == "stopped_by_budget" and out.attrs["gpu_seconds"] == 20.0
+    # at 3x its estimate with budget left, or at the spec's own timeout, it is the config's timeout
+    assert outcome(label_budget_stop(cut, reserved_gpu_seconds=30.0, estimate_gpu_seconds=10.0,
+                                     timeout_s=900)).attrs["status"] == "timeout"
+    assert outcome(label_budget_stop(cut, reserved_gpu_seconds=20.0, estimate_gpu_seconds=10.0,
+                                     timeout_s=5)).attrs["status"] == "timeout"

@@ -286,7 +286,7 @@ def test_retries_what_optuna_wrapped():
 
 
 def test_gives_up_with_one_line_after_the_last_try():
-    with pytest.raises(StorageError, match=r"^recording trial 3: storage unreachable after 3 tries: .*refused$"):
+    with pytest.raises(StorageError, match=r"^recording trial 3: storage unreachable after 3 tries in 0 s: .*refused$"):
         with_retries(lambda: (_ for _ in ()).throw(_op_error("connection refused")), what="recording trial 3",
                      attempts=3, base_delay_s=0.001)
 
@@ -306,3 +306,24 @@ def test_does_not_retry_what_a_retry_cannot_fix():
     with pytest.raises(ValueError):
         with_retries(lambda: int("x"), what="parsing", base_delay_s=0.001)
     assert len(calls) == 1
+
+
+def test_an_outage_is_waited_out_up_to_its_limit_saying_so_at_every_retry():
+    from tuner.storage import OUTAGE_S, retry_notes
+
+    assert OUTAGE_S >= 300                                  # issue 18: outages up to 5 minutes
+    calls, notes = [], []
+
+    def down_then_up():
+        calls.append(1)
+        if len(calls) < 4:
+            raise _op_error("connection refused")
+        return "recorded"
+
+    with retry_notes(notes.append):                         # the coordinator's progress display
+        assert with_retries(down_then_up, what="recording trial 3", base_delay_s=0.001) == "recorded"
+    assert len(notes) == 3 and all(n.startswith("recording trial 3: storage unreachable for ") for n in notes)
+    assert "retry 1" in notes[0] and "giving up after 300 s" in notes[0]
+    with pytest.raises(StorageError, match=r"^x: storage unreachable after \d+ tries in 0 s"):
+        with_retries(lambda: (_ for _ in ()).throw(_op_error("connection refused")), what="x",
+                     base_delay_s=0.01, outage_s=0.05)

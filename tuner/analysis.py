@@ -168,7 +168,7 @@ def analyze_record(record: StudyRecord, *, n_boot: int = N_BOOT, seed: int = 0) 
     spec = record.attrs.get("spec", {})
     knobs = list(spec.get("space", {})) or sorted({k for t in trials for k in t.params})
     # queued runs the spent budget never started (status `skipped`) are not trials that ran
-    finished = [t for t in trials if t.state in ("COMPLETE", "FAIL") and t.status != "skipped"]
+    finished = [t for t in trials if t.state in ("COMPLETE", "FAIL") and t.status not in ("skipped", "repeat")]
     ok = [t for t in trials if t.status == "ok"]
 
     cis, noise = trial_cis(trials)
@@ -190,6 +190,8 @@ def analyze_record(record: StudyRecord, *, n_boot: int = N_BOOT, seed: int = 0) 
         "n_failed": {s: sum(t.status == s for t in finished) for s in ("oom", "timeout", "error", "fail")},
         "n_skipped": sum(t.status == "skipped" for t in trials),
         "n_pruned": sum(t.status == "pruned" for t in trials),
+        "n_stopped_by_budget": sum(t.status == "stopped_by_budget" for t in trials),
+        "n_repeats_not_run": sum(t.status == "repeat" for t in trials),
         "budget": {"limit_gpu_hours": record.limit_gpu_seconds / 3600, "used_gpu_hours": used / 3600,
                    "startup_share": startup_share(finished)},
         "baseline": baseline, "best": best, "importance": importance, "importance_model": importance_model,
@@ -231,13 +233,8 @@ def analyze_study(study, *, n_boot: int = N_BOOT, seed: int = 0) -> dict[str, An
 
 
 def write_analysis(analysis: dict[str, Any], out_dir: str | Path) -> Path:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "analysis.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(analysis, indent=2))
-    tmp.replace(path)
-    return path
+    from tuner.output import output_dir, write_atomic  # all or nothing (issue 18)
+    return write_atomic(output_dir(out_dir) / "analysis.json", json.dumps(analysis, indent=2))
 
 
 def _fmt_ci(d: dict[str, Any] | None, scale: float = 1.0, fmt: str = ",.0f") -> str:

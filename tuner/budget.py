@@ -63,23 +63,33 @@ class LedgerEntry:
     gpu_seconds: float | None
     """Measured by the launcher when the trial finished."""
     reserved_gpu_seconds: float | None
-    """Reserved at admission; counts while running and for trials whose coordinator died."""
+    """Reserved at admission; counts while running."""
+    ran_gpu_seconds: float | None = None
+    """What the trial had run by its last heartbeat (tuner.heartbeat); a dead coordinator's
+    trial is charged this, not its reservation."""
 
     @property
     def charged_gpu_seconds(self) -> float:
-        return charged_gpu_seconds(self.state, self.gpu_seconds, self.reserved_gpu_seconds)
+        return charged_gpu_seconds(self.state, self.gpu_seconds, self.reserved_gpu_seconds, self.ran_gpu_seconds)
 
 
-def charged_gpu_seconds(state: str, gpu_seconds: float | None, reserved_gpu_seconds: float | None) -> float:
+def charged_gpu_seconds(state: str, gpu_seconds: float | None, reserved_gpu_seconds: float | None,
+                        ran_gpu_seconds: float | None = None) -> float:
     """What one trial costs the budget: the GPU-seconds measured when it finished; while it
-    runs, or when its coordinator died, what was reserved for it; else nothing.
+    runs, what was reserved for it; when its coordinator died, the time it ran by its last
+    heartbeat (its reservation when it never beat); else nothing.
 
     Example:
         >>> charged_gpu_seconds("RUNNING", None, 300.0), charged_gpu_seconds("COMPLETE", 120.0, 300.0)
         (300.0, 120.0)
+        >>> charged_gpu_seconds("FAIL", None, 300.0, ran_gpu_seconds=40.0)
+        40.0
     """
     if gpu_seconds is not None:
         return float(gpu_seconds)
+    if state == "FAIL" and ran_gpu_seconds is not None:
+        return float(ran_gpu_seconds) if reserved_gpu_seconds is None else min(float(ran_gpu_seconds),
+                                                                             float(reserved_gpu_seconds))
     if state in ("RUNNING", "FAIL") and reserved_gpu_seconds is not None:
         return float(reserved_gpu_seconds)
     return 0.0
@@ -106,14 +116,22 @@ class Ledger:
 
 
 def ledger_from_trials(trials: Iterable[Any], limit_gpu_seconds: float) -> Ledger:
-    """Build the ledger from Optuna FrozenTrials (or anything with number/state/user_attrs)."""
+    """Build the ledger from Optuna FrozenTrials (or anything with number/state/user_attrs).
+
+    A trial found stale whose result was later recovered from the spool (tuner.spool) costs
+    nothing itself: the recovered trial carries the GPU-seconds it measured.
+    """
+    trials = list(trials)
+    recovered = {t.user_attrs.get("recovered_from") for t in trials} - {None}
     entries = []
     for t in trials:
         attrs: Mapping[str, Any] = t.user_attrs
+        gone = t.number in recovered
         entries.append(LedgerEntry(
             number=t.number, state=t.state.name,
-            gpu_seconds=_float_or_none(attrs.get("gpu_seconds")),
-            reserved_gpu_seconds=_float_or_none(attrs.get("reserved_gpu_seconds"))))
+            gpu_seconds=0.0 if gone else _float_or_none(attrs.get("gpu_seconds")),
+            reserved_gpu_seconds=_float_or_none(attrs.get("reserved_gpu_seconds")),
+            ran_gpu_seconds=_float_or_none(attrs.get("ran_gpu_seconds"))))
     return Ledger(limit_gpu_seconds=limit_gpu_seconds, entries=tuple(entries))
 
 

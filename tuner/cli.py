@@ -65,7 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--grace-period", type=_number(int, 1), metavar="SECONDS",
                      help="heartbeat age after which a running trial of a dead coordinator is failed, "
                           "charged and retried (default 60)")
-    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--max-same-errors", type=_number(int, 0), default=3, metavar="K",
+                     help="stop the study after K trials in a row fail with the same error, printing it once "
+                          "(exit 2); 0 never stops (default 3)")
+    run.add_argument("--no-preflight", action="store_true",
+                     help="skip loading the data, tokenizer and model config before the first trial")
+    run.add_argument("--quiet", action="store_true", help="no progress display")
 
     status = sub.add_parser("status", help="trials by state, budget used/left, best so far",
                             description="Where each study stands: trials by status, GPU-hours used and left, "
@@ -203,8 +208,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     options = RunOptions(storage_url=_storage(args), study_name=study_name,
                          budget_gpu_seconds=budget, runs_dir=args.runs_dir,
                          max_trials=args.max_trials, ablation=not args.no_ablation,
-                         grace_period_s=args.grace_period)
-    progress = _Progress(enabled=not args.quiet)
+                         grace_period_s=args.grace_period, max_same_errors=args.max_same_errors,
+                         preflight=not args.no_preflight)
+    from tuner.progress import Progress
+
+    progress = Progress(enabled=not args.quiet)
     # A scheduler's SIGTERM / a closed terminal's SIGHUP stop like Ctrl-C: the running trial's
     # job is killed (or scancel'ed) and recorded before the process exits.
     for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -219,41 +227,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _raise_keyboard_interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
-
-
-class _Progress:
-    """tqdm bar over the budget: trials, best so far, GPU-hours used / limit."""
-
-    def __init__(self, *, enabled: bool) -> None:
-        self.enabled, self.bar, self.done = enabled, None, 0
-
-    def __call__(self, event) -> None:
-        if not self.enabled:
-            return
-        if self.bar is None and event.limit_gpu_seconds:
-            from tqdm import tqdm
-            self.bar = tqdm(total=round(event.limit_gpu_seconds / 3600, 4), unit="GPU-h",
-                            bar_format="{l_bar}{bar}| {n:.3f}/{total:.3f} GPU-h [{elapsed}<{remaining}] {postfix}",
-                            file=sys.stderr, dynamic_ncols=True)
-        if self.bar is None:
-            if event.message:
-                print(event.message, file=sys.stderr)
-            return
-        self.bar.n = round(event.used_gpu_seconds / 3600, 4)
-        best = f"{event.best_value:,.0f}" if event.best_value else "-"
-        if event.kind == "end":
-            self.done += 1
-            r = event.result
-            value = f"{r.tokens_per_sec_per_gpu:,.0f} tok/s/GPU" if r.tokens_per_sec_per_gpu else r.status
-            self.bar.write(f"trial {event.number}: {value}  {json.dumps(event.params)}")
-        self.bar.set_postfix_str(f"trials {self.done}, running #{event.number}, best {best} tok/s/GPU"
-                                 if event.kind == "start" else f"trials {self.done}, best {best} tok/s/GPU")
-        if event.message:
-            self.bar.write(event.message)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
 
 
 def _format_summary(summary) -> str:

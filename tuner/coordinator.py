@@ -15,8 +15,8 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -27,17 +27,23 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from tuner import batching, scheduling
+from tuner import batching, repeats, scheduling, spool
 from tuner.ablation import plan_ablation_once
+from tuner.accounting import label_budget_stop, launch_gpus
+from tuner.breaker import DEFAULT_LIMIT, CircuitBreaker
 from tuner.budget import ledger_from_trials
 from tuner.errors import SpecError
+from tuner.heartbeat import Heartbeat
 from tuner.launch import Launcher, TrialRequest, TrialResult, get_launcher
+from tuner.measurement import batch_means_ci
 from tuner.optuna_internals import rdb_storage, study_storage, trial_id
+from tuner.preflight import check_runs_dir, needs_preflight, preflight
 from tuner.screening import is_deliberate, screen
 from tuner.space import complete_params, suggest_params
 from tuner.spec import StudySpec, study_name_problem
-from tuner.storage import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, admission_lock, with_retries
+from tuner.storage import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, admission_lock, open_storage, retry_notes, with_retries
 from tuner.study import RunSummary, open_study, retry_once, summarize
+from tuner.unrun import end_unrun
 
 __all__ = ["RunOptions", "TrialEvent", "run_study", "record_result", "adaptive_bar", "end_unrun"]
 
@@ -61,6 +67,10 @@ class RunOptions:
     """Re-measure the best config and one-knob reverts after the search (tuner.ablation)."""
     grace_period_s: int | None = None
     """Heartbeat age after which another coordinator's running trial counts as dead."""
+    max_same_errors: int = DEFAULT_LIMIT
+    """Stop the study after this many consecutive trials fail with the same error (tuner.breaker); 0: never."""
+    preflight: bool = True
+    """Load the data, tokenizer and model config before any trial (tuner.preflight)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,32 +85,16 @@ class TrialEvent:
     used_gpu_seconds: float = 0.0
     limit_gpu_seconds: float = 0.0
     best_value: float | None = None
+    best_ci: tuple[float, float] | None = None
+    """The best ok trial's 95% batch-means CI (tuner.measurement)."""
+    reserved_gpu_seconds: float | None = None
+    """`start`: what the trial holds of the budget (counted in ``used_gpu_seconds``)."""
+    gpus: int = 0
+    """`start`: GPUs the trial runs on, for its live cost."""
+    result_path: str | None = None
+    """`start`: the result file the trial appends a line to per measured step."""
+    planned_steps: int = 0
     message: str = ""
-
-
-class _Heartbeat:
-    """Beats for one running trial so other coordinators can tell it is alive."""
-
-    def __init__(self, storage: Any, trial_id_: int, interval_s: float = HEARTBEAT_INTERVAL_S) -> None:
-        self._storage, self._trial_id, self._interval_s = storage, trial_id_, interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name=f"heartbeat-{trial_id_}")
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            try:
-                self._storage.record_heartbeat(self._trial_id)
-            except Exception:  # noqa: BLE001 - a database hiccup: the next beat retries
-                pass
-
-    def __enter__(self) -> _Heartbeat:
-        with_retries(lambda: self._storage.record_heartbeat(self._trial_id), what="recording a heartbeat")
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def run_study(spec: StudySpec, options: RunOptions,
@@ -114,28 +108,43 @@ def run_study(spec: StudySpec, options: RunOptions,
     again so the next run resumes with it, and re-raises KeyboardInterrupt.
     """
     emit = on_event or (lambda event: None)
-    problem = study_name_problem(options.study_name or spec.study.name)
+    name = options.study_name or spec.study.name
+    problem = study_name_problem(name)
     if problem:  # before anything is written
         raise SpecError(f"--study-name: {problem}")
+    runs_dir = check_runs_dir(Path(options.runs_dir).resolve() / name)  # before a trial could fail on it
+    launcher = launcher or get_launcher(spec)
+    if options.preflight and needs_preflight(spec, simulated=launcher.simulated):
+        open_storage(options.storage_url, heartbeat=False).engine.dispose()  # a bad storage first: it is quicker
+        emit(TrialEvent(kind="note", message=preflight(spec)))
     study, limit = open_study(spec, storage_url=options.storage_url, study_name=options.study_name,
                               budget_gpu_seconds=options.budget_gpu_seconds,
                               grace_period_s=options.grace_period_s)
     raw_storage = rdb_storage(study)
-    launcher = launcher or get_launcher(spec)
-    name = study.study_name
     launched, stopped = 0, "budget"
     asked: list[optuna.Trial] = []  # see _admit
     waiting_on: set[int] = set()  # trials running elsewhere that this coordinator waits out
     grace = options.grace_period_s or GRACE_PERIOD_S
+    breaker = CircuitBreaker(options.max_same_errors)
+    recovered = with_retries(lambda: spool.replay(study, runs_dir.parent, record_result),
+                             what="recording spooled results")
+    if recovered:
+        emit(TrialEvent(kind="note", message=f"recorded trial(s) {', '.join(map(str, recovered))} from the "
+                                             f"local spool (finished while the storage was away)"))
+    own_spool = spool.Spool(runs_dir.parent, name)
 
     def event(kind: str, **kw: Any) -> TrialEvent:
+        best_value, best_ci = _best(study)
         return TrialEvent(kind=kind, used_gpu_seconds=_used(study, limit), limit_gpu_seconds=limit,
-                          best_value=_best_value(study), **kw)
+                          best_value=best_value, best_ci=best_ci, **kw)
 
     if spec.study.ablation_share == 0:
         options = dataclasses.replace(options, ablation=False)
     limits = (limit, scheduling.search_limit(limit, spec.study.ablation_share, ablation=options.ablation))
+    cleanup = contextlib.ExitStack()
     try:
+        # storage retries say so on the progress display while they wait (tuner.storage)
+        cleanup.enter_context(retry_notes(lambda m: emit(TrialEvent(kind="note", message=m, limit_gpu_seconds=limit))))
         while True:
             if options.max_trials is not None and launched >= options.max_trials:
                 stopped = "max_trials"
@@ -152,6 +161,8 @@ def run_study(spec: StudySpec, options: RunOptions,
                     if skipped:
                         emit(event("note", message=f"budget spent: queued trial(s) {', '.join(map(str, skipped))} "
                                                    "not run (status skipped)"))
+                    if study.user_attrs.get("search_exhausted"):  # every config ran (tuner.repeats)
+                        stopped = "search exhausted"
                     break
                 if not running <= waiting_on:
                     launcher.close()  # an idle allocation goes back while we wait; launch takes a new one
@@ -162,11 +173,13 @@ def run_study(spec: StudySpec, options: RunOptions,
                 waiting_on |= running
                 time.sleep(min(HEARTBEAT_INTERVAL_S, grace / 3))
                 continue
-            trial, params, reserved = admitted
-            emit(event("start", number=trial.number, params=params))
+            trial, params, reserved, estimate = admitted
+            emit(event("start", number=trial.number, params=params, reserved_gpu_seconds=reserved,
+                       gpus=launch_gpus(spec), planned_steps=spec.trial.measure_steps,
+                       result_path=str(runs_dir / f"trial-{trial.number:04d}" / "result.jsonl")))
             request = TrialRequest(study_name=name, number=trial.number,
                                    params=complete_params(params, spec), spec=spec,
-                                   run_dir=Path(options.runs_dir).resolve() / name / f"trial-{trial.number:04d}",
+                                   run_dir=runs_dir / f"trial-{trial.number:04d}",
                                    seed=spec.study.seed + trial.number, max_gpu_seconds=reserved,
                                    # the baseline and ablation runs are references: measure them fully
                                    stop_below_tokens_per_sec_per_gpu=(
@@ -174,7 +187,8 @@ def run_study(spec: StudySpec, options: RunOptions,
             t0 = time.monotonic()
             try:
                 # beat well inside the grace period other coordinators judge us by
-                with _Heartbeat(raw_storage, trial_id(trial), min(HEARTBEAT_INTERVAL_S, grace / 3)):
+                with Heartbeat(raw_storage, trial_id(trial), min(HEARTBEAT_INTERVAL_S, grace / 3),
+                               gpus=launch_gpus(spec), reserved_gpu_seconds=reserved):
                     result = launcher.launch(request)
             except KeyboardInterrupt:
                 gpu_s = spec.cluster.world_size * (time.monotonic() - t0)
@@ -185,9 +199,14 @@ def run_study(spec: StudySpec, options: RunOptions,
                 _record_interrupted(study, trial, 0.0, f"launcher failed: {exc}")
                 raise
             launched += 1
-            with_retries(lambda t=trial, r=result: record_result(study, t, r), what=f"recording trial {trial.number}")
+            result = label_budget_stop(result, reserved_gpu_seconds=reserved, estimate_gpu_seconds=estimate,
+                                       timeout_s=spec.trial.timeout_s)
+            _record_spooled(study, trial, result, own_spool)
             emit(event("end", number=trial.number, params=params, result=result))
+            breaker.observe(trial.number, result.status, result.message, params)
     finally:
+        cleanup.close()
+        own_spool.close()
         launcher.close()
         if stopped == "interrupted":
             emit(TrialEvent(kind="stop", message="interrupted: run the same command again to resume"))
@@ -213,22 +232,25 @@ def _admit(study: optuna.Study, raw_storage: Any, spec: StudySpec, limits: tuple
         # under the lock: two coordinators never both fail (and retry) one dead trial (SQLite
         # has no row locks), and a retry is enqueued before the ledger is read
         _fail_stale_trials(study)
-        trials = study.get_trials(deepcopy=False)
-
-        def decide(planned: bool, queued: bool) -> scheduling.Admission:
-            return scheduling.next_admission(
-                ledger_from_trials(trials, limit), first_estimate_gpu_seconds=scheduling.first_estimate(spec),
-                search_limit_gpu_seconds=search_limit, ablation=ablation, ablation_planned=planned,
-                queued=queued, estimate_gpu_seconds=batching.estimate_from_trials(
-                    trials, first_estimate_gpu_seconds=scheduling.first_estimate(spec), warm=warm))
-
-        admission = decide(bool(study.user_attrs.get("ablation_planned")),
-                           any(t.state == TrialState.WAITING for t in trials))
-        if admission.action == "plan_ablation":  # the runs just enqueued are WAITING now
-            admission = decide(True, True) if plan_ablation_once(study, spec, trials) else None
-        if admission is None or admission.action != "launch":
-            return None
+        # a suggestion that repeats a finished config (tuner.repeats) or that screening prunes
+        # (tuner.screening) is recorded unrun, and the loop asks again
         for _ in range(MAX_PRUNED_IN_A_ROW):
+            trials = study.get_trials(deepcopy=False)
+            attrs = study.user_attrs
+            admission = scheduling.next_admission(
+                ledger_from_trials(trials, limit), first_estimate_gpu_seconds=scheduling.first_estimate(spec),
+                search_limit_gpu_seconds=search_limit, ablation=ablation,
+                ablation_planned=bool(attrs.get("ablation_planned")),
+                queued=any(t.state == TrialState.WAITING for t in trials),
+                search_exhausted=bool(attrs.get("search_exhausted")),
+                estimate_gpu_seconds=batching.estimate_from_trials(
+                    trials, first_estimate_gpu_seconds=scheduling.first_estimate(spec), warm=warm))
+            if admission.action == "plan_ablation":  # the runs just enqueued are WAITING now
+                if not plan_ablation_once(study, spec, trials):
+                    return None
+                continue
+            if admission.action != "launch":
+                return None
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)  # "Heartbeat ... used with Study.optimize"
                 trial = study.ask()
@@ -236,19 +258,34 @@ def _admit(study: optuna.Study, raw_storage: Any, spec: StudySpec, limits: tuple
             # a beat at once: if this process dies before launching, the trial goes stale
             raw_storage.record_heartbeat(trial_id(trial))
             params = suggest_params(trial, spec)
+            if repeats.screen(study, spec, trial, params, trials):  # an exact repeat: never launched
+                asked.clear()
+                continue
             verdict = None if is_deliberate(trial.user_attrs) else screen(
                 study, spec, complete_params(params, spec), launcher=launcher)
-            if verdict is None:
-                break
-            end_unrun(study, trial, "pruned", verdict.reason)  # known-bad: 0 GPU-s (tuner.screening)
+            if verdict is not None:  # known-bad: 0 GPU-s (tuner.screening)
+                end_unrun(study, trial, "pruned", verdict.reason)
+                asked.clear()
+                continue
+            trial.set_user_attr("reserved_gpu_seconds", float(admission.cap_gpu_seconds))
+            trial.set_user_attr("estimated_gpu_seconds", float(admission.estimate_gpu_seconds))
+            trial.set_user_attr("launcher", spec.cluster.launcher)
             asked.clear()
-        else:
-            return None  # the sampler proposes nothing that can run
-        trial.set_user_attr("reserved_gpu_seconds", float(admission.cap_gpu_seconds))
-        trial.set_user_attr("estimated_gpu_seconds", float(admission.estimate_gpu_seconds))
-        trial.set_user_attr("launcher", spec.cluster.launcher)
-        asked.clear()
-        return trial, params, admission.cap_gpu_seconds
+            return trial, params, admission.cap_gpu_seconds, admission.estimate_gpu_seconds
+    return None  # the sampler proposes nothing that can run
+
+
+def _record_spooled(study: optuna.Study, trial: optuna.Trial, result: TrialResult, own_spool: spool.Spool) -> None:
+    """Record a finished trial; its result waits in the local spool (tuner.spool) until the
+    storage has it, so an outage longer than the retries, or a crash, never loses it."""
+    try:
+        kept = own_spool.put(trial.number, result)
+    except OSError:  # a full disk: record it anyway, as before the spool
+        kept = None
+    if not with_retries(lambda: record_result(study, trial, result), what=f"recording trial {trial.number}"):
+        with_retries(lambda: spool.recover_late(study, trial.number, result), what=f"recovering trial {trial.number}")
+    if kept is not None:
+        kept.unlink(missing_ok=True)
 
 
 def _fail_stale_trials(study: optuna.Study) -> None:
@@ -297,20 +334,12 @@ def _skip_unrunnable(study: optuna.Study, raw_storage: Any) -> list[int]:
     return [t.number for t in trials]
 
 
-def end_unrun(study: optuna.Study, trial: optuna.Trial | optuna.trial.FrozenTrial, status: str, message: str) -> None:
-    """End a trial that never ran (`skipped`, `pruned`): FAIL, no GPU time, a status and a
-    message, which analysis reports but never counts as a measurement."""
-    storage = study_storage(study)
-    for key, value in {"status": status, "gpu_seconds": 0.0, "message": message}.items():
-        storage.set_trial_user_attr(trial_id(trial), key, value)
-    storage.set_trial_state_values(trial_id(trial), TrialState.FAIL)
-
-
-def record_result(study: optuna.Study, trial: optuna.Trial, result: TrialResult) -> None:
-    """Tell the study a launcher's result (tuner.scheduling.outcome says how); a no-op when
-    the trial is already finished (a retry after a dropped connection whose first tell landed)."""
+def record_result(study: optuna.Study, trial: optuna.Trial, result: TrialResult) -> bool:
+    """Tell the study a launcher's result (tuner.scheduling.outcome says how). False, doing
+    nothing, when the trial is already finished: a retry after a dropped connection whose
+    first tell landed, or a trial another coordinator found stale meanwhile."""
     if _finished(study, trial):
-        return
+        return False
     out = scheduling.outcome(result)
     for step, value in out.steps:
         trial.report(value, step)
@@ -318,10 +347,12 @@ def record_result(study: optuna.Study, trial: optuna.Trial, result: TrialResult)
         trial.set_user_attr(key, value)
     if out.state == "FAIL":
         study.tell(trial, state=TrialState.FAIL)
-        retry_once(study, study_storage(study).get_trial(trial_id(trial)))
-        return
+        if out.retry:
+            retry_once(study, study_storage(study).get_trial(trial_id(trial)))
+        return True
     trial.set_constraint("failed", out.failed)
     study.tell(trial, out.value)
+    return True
 
 
 def _record_interrupted(study: optuna.Study, trial: optuna.Trial, gpu_seconds: float, message: str) -> None:
@@ -352,8 +383,13 @@ def adaptive_bar(study: optuna.Study, spec: StudySpec) -> float | None:
         for t in trials if t.user_attrs.get("status") == "ok")
 
 
-def _best_value(study: optuna.Study) -> float | None:
-    try:
-        return with_retries(lambda: study.best_value, what="reading the best value")
-    except ValueError:
-        return None
+def _best(study: optuna.Study) -> tuple[float | None, tuple[float, float] | None]:
+    """The best ok trial's tokens/s/GPU and its 95% CI (None, None before any)."""
+    trials = with_retries(lambda: study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)),
+                          what="reading the best trial")
+    ok = [t for t in trials if t.user_attrs.get("status") == "ok" and t.value is not None]
+    if not ok:
+        return None, None
+    best = max(ok, key=lambda t: t.value)
+    ci = batch_means_ci([best.intermediate_values[k] for k in sorted(best.intermediate_values)])
+    return best.value, (ci.low, ci.high) if ci is not None else None

@@ -15,7 +15,7 @@ Example:
 from __future__ import annotations
 
 __all__ = ["TunerError", "SpecError", "BudgetError", "StorageError", "StudyConflictError",
-           "LauncherError", "TrialConfigError"]
+           "LauncherError", "TrialConfigError", "PreflightError", "CircuitBreakerError", "OutputError"]
 
 
 class TunerError(Exception):
@@ -44,3 +44,15 @@ class LauncherError(TunerError, ValueError):
 
 class TrialConfigError(TunerError, ValueError):
     """A trial config is not something the workload can run; the message names the key."""
+
+
+class PreflightError(TunerError, ValueError):
+    """The data, tokenizer or model cannot serve a trial; found before any trial ran."""
+
+
+class CircuitBreakerError(TunerError, RuntimeError):
+    """The study stopped: several trials in a row failed with the same error."""
+
+
+class OutputError(TunerError, RuntimeError):
+    """An output folder or file cannot be written (a file in the way, read-only, disk full)."""

@@ -118,12 +118,15 @@ def ablation_effects(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float,
                      baseline_params: dict[str, Any] | None) -> dict[str, Any] | None:
     """Each knob's worth: re-measured reference / its one-knob revert - 1, CIs with run-to-run
     variation, Holm-corrected significance; failed runs listed (a failed revert is a failure)."""
-    abl = [t for t in trials if t.role == "ablation" and t.state == "COMPLETE"]
+    # an extended study plans its ablation again for its new best (tuner.study): the latest
+    # round counts (a round re-measuring the same best pools with the earlier one)
+    latest = max((t for t in trials if t.role == "ablation"), key=lambda t: t.number, default=None)
+    abl = [t for t in trials if t.role == "ablation" and t.state == "COMPLETE" and t.ablation_of == latest.ablation_of]
     reverts = [t for t in abl if t.ablation_knob is not None]
     if not reverts:
         return None
-    ref_params = next((t.params for t in trials if t.role == "ablation" and t.ablation_knob is None
-                       and t.status == "ok" and t.number in cis), None)
+    ref_params = next((t.params for t in abl if t.ablation_knob is None and t.status == "ok" and t.number in cis),
+                      None)
     ref_runs = [t for t in abl if _is_remeasure(t) and ref_params is not None
                 and config_key(t.params) == config_key(ref_params) and t.number in cis]
     ref = config_estimate([cis[t.number] for t in ref_runs], tau2=tau2, tau_df=tau_df) if ref_runs else None

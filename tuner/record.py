@@ -18,8 +18,9 @@ class TrialRecord:
     """Optuna state name."""
     status: str
     """`ok`, `oom`, `timeout`, `error`; `fail` for FAIL trials (coordinator died / interrupted);
-    `skipped` for queued trials the spent budget never ran; `running` / `waiting` for
-    unfinished ones."""
+    `skipped` for queued trials the spent budget never ran; `stopped_by_budget` for a trial
+    the budget's end cut (tuner.accounting); `repeat` for a suggestion that repeated a
+    finished config and was not run (tuner.repeats); `running` / `waiting` for unfinished ones."""
     params: dict[str, Any]
     steps: tuple[float, ...]
     """tokens/s/GPU per measured step, in step order."""
@@ -28,6 +29,8 @@ class TrialRecord:
     """Wall seconds per measured step (same order as steps); empty where not recorded."""
     role: str | None = None
     ablation_knob: str | None = None
+    ablation_of: int | None = None
+    """Ablation runs: the trial whose config the round re-measures (one round per best)."""
     gpu_seconds: float | None = None
     reserved_gpu_seconds: float | None = None
     startup_gpu_seconds: float | None = None
@@ -55,15 +58,19 @@ class StudyRecord:
         return float(self.attrs.get("budget_limit_gpu_seconds", 0.0))
 
 
+_TRUSTED_FAIL_STATUSES = ("skipped", "pruned", "stopped_by_budget", "repeat")
+
+
 def trial_status(t: optuna.trial.FrozenTrial) -> str:
     """A trial's status for statistics and summaries (see TrialRecord.status).
 
-    A FAIL trial's own `status` attr is trusted only for `skipped`: a coordinator killed while
-    recording a finished trial can leave `status = ok` on a trial that then went stale.
+    A FAIL trial's own `status` attr is trusted only for `skipped`, `stopped_by_budget` and
+    `repeat`: a coordinator killed while recording a finished trial can leave `status = ok` on
+    a trial that then went stale.
     """
     if t.state == TrialState.COMPLETE:
         return t.user_attrs.get("status", "ok")
-    if t.state == TrialState.FAIL and t.user_attrs.get("status") in ("skipped", "pruned"):
+    if t.state == TrialState.FAIL and t.user_attrs.get("status") in _TRUSTED_FAIL_STATUSES:
         return t.user_attrs["status"]
     return {"FAIL": "fail", "RUNNING": "running", "WAITING": "waiting"}.get(t.state.name, t.state.name.lower())
 
@@ -83,7 +90,7 @@ def study_record(study: optuna.Study) -> StudyRecord:
             number=t.number, state=t.state.name, status=trial_status(t), params=dict(t.params),
             steps=tuple(t.intermediate_values[k] for k in sorted(t.intermediate_values)),
             value=t.value, role=a.get("role"), step_seconds=_step_seconds(a, len(t.intermediate_values)),
-            ablation_knob=a.get("ablation_knob"),
+            ablation_knob=a.get("ablation_knob"), ablation_of=a.get("ablation_of"),
             gpu_seconds=a.get("gpu_seconds"), reserved_gpu_seconds=a.get("reserved_gpu_seconds"),
             startup_gpu_seconds=(a["startup_seconds"] * a["world_size"]
                                  if a.get("startup_seconds") is not None and a.get("world_size") else None),

@@ -259,13 +259,11 @@ def _predicted_table(analysis: dict[str, Any]) -> str:
 
 def write_report(study, analysis: dict[str, Any], out_dir: str | Path, *,
                  planned_tokens: float | None = None) -> dict[str, Path]:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    from tuner.output import output_dir, write_atomic  # all or nothing (issue 18)
+    out = output_dir(out_dir)
     recipe = render_recipe(analysis, planned_tokens=planned_tokens)
-    paths = {"recipe": out / "RECIPE.md", "html": out / "report.html"}
-    paths["recipe"].write_text(recipe)
-    paths["html"].write_text(render_html(analysis, recipe))
-    return paths
+    html_text = render_html(analysis, recipe)
+    return {"recipe": write_atomic(out / "RECIPE.md", recipe), "html": write_atomic(out / "report.html", html_text)}
 
 
 def save_recipe_note(study, recipe_markdown: str) -> bool:

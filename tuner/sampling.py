@@ -33,8 +33,11 @@ class AskTellGridSampler(optuna.samplers.GridSampler):
         return None
 
 
-def make_sampler(spec: StudySpec) -> optuna.samplers.BaseSampler:
-    name, seed = spec.study.sampler, spec.study.seed
+def make_sampler(spec: StudySpec, *, seed: int | None = None) -> optuna.samplers.BaseSampler:
+    """The spec's sampler, seeded with ``seed`` (default: the spec's; each coordinator of a
+    study gets its own, tuner.repeats.coordinator_seed)."""
+    name = spec.study.sampler
+    seed = spec.study.seed if seed is None else seed
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         if name == "random":

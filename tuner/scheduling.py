@@ -56,7 +56,7 @@ class Admission:
 
 def next_admission(ledger: Ledger, *, first_estimate_gpu_seconds: float, search_limit_gpu_seconds: float,
                    ablation: bool, ablation_planned: bool, queued: bool,
-                   estimate_gpu_seconds: float | None = None) -> Admission:
+                   estimate_gpu_seconds: float | None = None, search_exhausted: bool = False) -> Admission:
     """What the loop does next, given the budget ledger and the study's state.
 
     Args:
@@ -64,21 +64,24 @@ def next_admission(ledger: Ledger, *, first_estimate_gpu_seconds: float, search_
         first_estimate_gpu_seconds: a trial's cost before any has finished (:func:`first_estimate`).
         search_limit_gpu_seconds: what the search may spend before the ablation runs.
         ablation: whether this study re-measures the best config and its one-knob reverts.
-        ablation_planned: the ablation runs are already enqueued (once per study).
+        ablation_planned: the ablation runs are already enqueued (once per budget).
         queued: some trial is WAITING (the baseline, a retry, an ablation run): it runs
             before any new search trial, budget permitting.
         estimate_gpu_seconds: the next trial's expected cost when the caller knows better
             than the ledger's median (a warm trial: tuner.batching.estimate_cost).
+        search_exhausted: no unseen configuration is left (tuner.repeats): only queued runs.
+
+    Once the ablation runs are done, what they left of their share goes back to the search:
+    a large budget is spent, not left over.
     """
     estimate = estimate_gpu_seconds if estimate_gpu_seconds is not None else estimate_trial_cost(
         ledger.measured_costs, first_estimate_gpu_seconds=first_estimate_gpu_seconds)
-    if ablation and ablation_planned:
-        if not queued:
-            return Admission(action="stop", estimate_gpu_seconds=estimate, reason="search and ablation done")
-    elif ledger.used_gpu_seconds + estimate > search_limit_gpu_seconds and not queued:
-        if ablation:
-            return Admission(action="plan_ablation", estimate_gpu_seconds=estimate)
-        return Admission(action="stop", estimate_gpu_seconds=estimate, reason="budget")
+    over_search = ledger.used_gpu_seconds + estimate > search_limit_gpu_seconds
+    if not queued and ablation and not ablation_planned and (over_search or search_exhausted):
+        return Admission(action="plan_ablation", estimate_gpu_seconds=estimate)
+    if not queued and (search_exhausted or (over_search and not (ablation and ablation_planned))):
+        return Admission(action="stop", estimate_gpu_seconds=estimate,
+                         reason="search exhausted" if search_exhausted else "budget")
     cap = trial_cap(ledger, estimate)
     if cap is None:
         return Admission(action="stop", estimate_gpu_seconds=estimate, reason="budget")
@@ -140,6 +143,9 @@ def outcome(result: TrialResult) -> Outcome:
     for key, value in result.extra.items():
         attrs.setdefault(key, value)
     attrs = {k: _jsonable(v) for k, v in attrs.items() if v is not None and v != ""}
+    if result.extra.get("stopped_by_budget"):  # the budget's end, not the config (tuner.accounting)
+        attrs["status"] = "stopped_by_budget"
+        return Outcome(state="FAIL", value=None, failed=None, steps=result.step_values, attrs=attrs, retry=False)
     if result.extra.get("slurm_failure") or result.extra.get("infrastructure_failure"):
         return Outcome(state="FAIL", value=None, failed=None, steps=result.step_values, attrs=attrs, retry=True)
     value = result.tokens_per_sec_per_gpu

@@ -40,7 +40,7 @@ from tuner.optuna_internals import HeartbeatRDBStorage
 
 __all__ = [
     "DEFAULT_STORAGE", "StorageError", "resolve_storage_url", "open_storage",
-    "admission_lock", "with_retries", "redact_url",
+    "admission_lock", "with_retries", "retry_notes", "redact_url", "OUTAGE_S",
 ]
 
 DEFAULT_STORAGE = "sqlite:///tuner.db"
@@ -284,29 +284,56 @@ def _transient_cause(exc: BaseException) -> BaseException | None:
     return None
 
 
-def with_retries(fn: Callable[[], T], *, what: str, attempts: int = 8, base_delay_s: float = 0.5,
-                 max_delay_s: float = 15.0, log: Callable[[str], None] | None = None) -> T:
+OUTAGE_S = 300.0
+"""How long bookkeeping calls wait out an unreachable storage (issue 18: outages up to 5 minutes)."""
+
+_retry_logs: list[Callable[[str], None]] = []
+
+
+@contextlib.contextmanager
+def retry_notes(log: Callable[[str], None]) -> Iterator[None]:
+    """Send every retry's note (what failed, why, when the next try is) to ``log`` meanwhile,
+    for calls that pass no ``log`` of their own: the coordinator's progress display says the
+    storage is down while it waits, instead of going silent."""
+    _retry_logs.append(log)
+    try:
+        yield
+    finally:
+        _retry_logs.remove(log)
+
+
+def with_retries(fn: Callable[[], T], *, what: str, attempts: int | None = None, base_delay_s: float = 0.5,
+                 max_delay_s: float = 15.0, outage_s: float = OUTAGE_S,
+                 log: Callable[[str], None] | None = None) -> T:
     """Call ``fn``; on a dropped database connection retry with exponential backoff and jitter.
 
-    A PostgreSQL restart mid-study must not kill coordinators: bookkeeping calls (ask,
-    set attrs, tell) are retried for about a minute before StorageError is raised. Errors that
-    are not a lost connection (bad data, a finished trial) are raised at once.
+    A PostgreSQL restart or an outage of up to ``outage_s`` (5 minutes) must not kill
+    coordinators: bookkeeping calls (ask, set attrs, tell) are retried until then (or for
+    ``attempts`` tries, when given), with a note before each retry (to ``log``, else to the
+    :func:`retry_notes` listener), then StorageError is raised. Errors that are not a lost
+    connection (bad data, a finished trial) are raised at once.
 
     Example:
         >>> with_retries(lambda: 42, what="answering")
         42
     """
-    for attempt in range(attempts):
+    t0 = time.monotonic()
+    attempt = 0
+    while True:
         try:
             return fn()
         except (optuna.exceptions.StorageInternalError, *_TRANSIENT) as exc:
             err = _transient_cause(exc)
             if err is None:
                 raise
-        if attempt == attempts - 1:
-            raise StorageError(f"{what}: storage unreachable after {attempts} tries: {_first_line(err)}") from err
-        delay = min(max_delay_s, base_delay_s * 2 ** attempt) * (0.5 + random.random() / 2)
-        if log:
-            log(f"{what}: storage error ({_first_line(err)}); retrying in {delay:.1f}s")
+        attempt += 1
+        elapsed = time.monotonic() - t0
+        delay = min(max_delay_s, base_delay_s * 2 ** min(attempt - 1, 30)) * (0.5 + random.random() / 2)
+        if (attempts is not None and attempt >= attempts) or elapsed + delay > outage_s:
+            raise StorageError(f"{what}: storage unreachable after {attempt} tries in {elapsed:.0f} s: "
+                               f"{_first_line(err)}") from err
+        note = (f"{what}: storage unreachable for {elapsed:.0f} s ({_first_line(err)}); retry {attempt} "
+                f"in {delay:.1f} s, giving up after {outage_s:.0f} s")
+        for sink in ([log] if log else _retry_logs[-1:]):
+            sink(note)
         time.sleep(delay)
-    raise AssertionError("unreachable")

@@ -24,6 +24,7 @@ from optuna.trial import TrialState
 from tuner.budget import ledger_from_trials
 from tuner.errors import StudyConflictError
 from tuner.record import trial_status
+from tuner.repeats import coordinator_seed
 from tuner.sampling import make_sampler
 from tuner.space import baseline_params
 from tuner.spec import StudySpec, spec_fingerprint
@@ -52,7 +53,7 @@ class RunSummary:
     best: dict[str, Any] | None = None
     """The best ok trial: number, tokens/s/GPU, params, role; None before any."""
     stopped: str = ""
-    """Why the loop ended: `budget`, `max_trials`, `interrupted`."""
+    """Why the loop ended: `budget`, `max_trials`, `interrupted`, `search exhausted` (every config ran)."""
     simulated: bool = False
     """Trials came from the sim launcher's performance model, not from real jobs."""
 
@@ -97,11 +98,10 @@ def open_study(spec: StudySpec, *, storage_url: str, study_name: str | None = No
     spec_dict = spec.to_dict()
     fingerprint = spec_fingerprint(spec_dict)
     storage = open_storage(storage_url, stale_trial_callback=retry_once, grace_period_s=grace_period_s)
-    sampler = make_sampler(spec)
     with admission_lock(storage, name):
         exists = name in {s.study_name for s in storage.get_all_studies()}
         if exists:
-            study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+            study = optuna.load_study(study_name=name, storage=storage, sampler=make_sampler(spec))
             attrs = study.user_attrs
             if "spec_fingerprint" not in attrs:
                 raise StudyConflictError(f"study {name!r} exists but was not created by tuner (no spec attr); "
@@ -112,19 +112,36 @@ def open_study(spec: StudySpec, *, storage_url: str, study_name: str | None = No
                     f"Differences: {spec_diff(attrs['spec'], spec_dict)}")
             limit = float(attrs["budget_limit_gpu_seconds"])
             if budget_gpu_seconds is not None and budget_gpu_seconds != limit:
+                if budget_gpu_seconds > limit and attrs.get("ablation_planned"):
+                    # an extended study searches on; its ablation is planned again against
+                    # the new budget, for the best config found by then
+                    study.set_user_attr("ablation_planned", False)
+                study.set_user_attr("budget_extended_from_gpu_seconds", limit)
                 limit = budget_gpu_seconds
                 study.set_user_attr("budget_limit_gpu_seconds", limit)
+            _own_sampler(study, spec)
             return study, limit
         limit = budget_gpu_seconds or spec.budget_gpu_seconds
         if limit is None:
             raise StudyConflictError(f"study {name!r}: no budget; pass --budget (e.g. 40gpuh) or set [budget] limit in the spec")
-        study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, direction="maximize")
+        study = optuna.create_study(study_name=name, storage=storage, sampler=make_sampler(spec),
+                                    direction="maximize")
         for key, value in _creation_attrs(spec, spec_dict, fingerprint, limit).items():
             study.set_user_attr(key, value)
+        _own_sampler(study, spec)
         base = baseline_params(spec)
         if base is not None:
             study.enqueue_trial(base, user_attrs={"role": "baseline"})
         return study, float(limit)
+
+
+def _own_sampler(study: optuna.Study, spec: StudySpec) -> None:
+    """This coordinator's sampler, seeded by how many started on the study before it (under
+    the admission lock): the first gets the spec's seed, a resume or a parallel coordinator
+    another one, so seeded start-up trials do not repeat (tuner.repeats)."""
+    starts = int(study.user_attrs.get("coordinator_starts", 0))
+    study.set_user_attr("coordinator_starts", starts + 1)
+    study.sampler = make_sampler(spec, seed=coordinator_seed(spec.study.seed, starts))
 
 
 def spec_diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> str:
