@@ -13,7 +13,9 @@ on top of it:
 - measurement noise: a per-trial offset (run-to-run variation, 1%), step-to-step AR(1)
   variation of the step time (phi 0.6, 3%), and an occasional straggler step (3% of steps,
   20-60% slower): step times of real jobs are autocorrelated (data-loader hiccups,
-  communication contention), which is what the statistics stage must cope with.
+  communication contention), which is what the statistics stage must cope with;
+- HSDP and tensor-parallel layouts, and DCP checkpoint saves, through helper.layouts and
+  helper.checkpointing (tuner/launch/sim_layouts.py).
 
 Everything is deterministic for a given (seed, trial number). Reported GPU-seconds are
 simulated (world size x simulated wall time); the study is flagged `simulated`.
@@ -27,6 +29,7 @@ import numpy as np
 
 from tuner import knobs
 from tuner.launch.base import Launcher, TrialRequest, TrialResult
+from tuner.launch.sim_layouts import checkpoint_cost, layout_adjustment
 from tuner.measurement import stop_reason
 
 __all__ = ["SimLauncher", "NOISE"]
@@ -78,6 +81,16 @@ class SimLauncher(Launcher):
         memory = estimate_memory(model, world, sharding="zero3", micro_batch=micro_batch,
                                         seq_len=row_len, activation_checkpointing=ckpt,
                                         grad_accum=grad_accum, reshard_after_forward=reshard, gpu=c.gpu)
+        layout = layout_adjustment(model, p, gpu=c.gpu, world_size=world, gpus_per_node=c.gpus_per_node,
+                                   micro_batch=micro_batch, seq_len=row_len, activation_checkpointing=ckpt,
+                                   grad_accum=grad_accum, reshard_after_forward=reshard)
+        if layout:  # HSDP / TP: helper.layouts' ratio and memory delta; a TP group's rows count once
+            step_time_s *= layout["step_time_ratio"]
+            real_tokens_per_step /= layout["tp"]
+            fsdp_tokens_per_sec_per_gpu = tokens_per_sec_per_gpu
+            tokens_per_sec_per_gpu = real_tokens_per_step / (step_time_s * world)
+            mfu_scale = tokens_per_sec_per_gpu / fsdp_tokens_per_sec_per_gpu
+            memory = {**memory, "total": memory["total"] + layout["memory_delta_gb"]}
         capacity_gb = get_gpu(c.gpu).memory_gb
         peak_mem_gib = memory["total"] * 1e9 / 2**30
         if memory["total"] > capacity_gb:
@@ -99,7 +112,13 @@ class SimLauncher(Launcher):
                                       stop_below=request.stop_below_tokens_per_sec_per_gpu)
                 if stopped:
                     break
-        wall = startup_s + float(np.sum(times[: warmup + len(values)]))
+        saves = None
+        if spec.trial.checkpoint_every:  # saved outside the timed step: wall time, not tokens/s
+            saves = checkpoint_cost(_n_params(model),
+                                    mode=spec.trial.checkpoint_mode, every=spec.trial.checkpoint_every,
+                                    steps=warmup + len(values), world_size=world, nodes=c.nodes,
+                                    step_time_s=step_time_s)
+        wall = startup_s + float(np.sum(times[: warmup + len(values)])) + (saves["total_blocking_s"] if saves else 0.0)
         cap = request.max_gpu_seconds
         if cap is not None and world * wall > cap:  # the budget's cap stops the job there
             elapsed = np.cumsum(times) + startup_s
@@ -116,11 +135,18 @@ class SimLauncher(Launcher):
         return TrialResult(status="ok", step_values=tuple(values), gpu_seconds=world * wall,
                            wall_seconds=wall, peak_mem_gib=peak_mem_gib, data_wait_frac=data_wait,
                            extra={"simulated": True, "noiseless_tokens_per_sec_per_gpu": tokens_per_sec_per_gpu,
-                                  "mfu": details.get("mfu"), "model_source": prediction.source,
+                                  "mfu": details.get("mfu") and details["mfu"] * (mfu_scale if layout else 1.0),
+                                  "model_source": prediction.source,
                                   "padding_efficiency": efficiency, "measured_steps": len(values),
                                   "stopped_early": stopped or None,
+                                  "layout": layout["layout"] if layout else None, "checkpoint": saves,
                                   "measure_seconds": wall - startup_s},
                            **common)
+
+
+def _n_params(model: str) -> float:
+    from helper.sizes import parse_model_size
+    return parse_model_size(model).n_params
 
 
 def _rows(padding: str, seq_len: int, micro_batch: int) -> tuple[int, float, float]:
