@@ -73,8 +73,17 @@ class Layout:
         return "+".join(parts)
 
     def workload_knobs(self) -> dict[str, Any]:
-        """The trial workload's knobs for this layout (issue 16's ``sharding``/``tp_degree``/``pp_degree``)."""
+        """The trial workload's knobs for this layout (tuner/knobs.py: ``sharding``,
+        ``shard_group_size``, ``tp_degree``); ``pp_degree`` names the pipeline stages, which the
+        workload does not run (yet): a tuner proxy measures without it and says so.
+
+        Example:
+            >>> Layout(dp_shard=4, dp_replicate=4, tp=2).workload_knobs()
+            {'sharding': 'hybrid_shard', 'shard_group_size': 4, 'tp_degree': 2}
+        """
         knobs: dict[str, Any] = {"sharding": "hybrid_shard" if self.dp_replicate > 1 else "full_shard"}
+        if self.dp_replicate > 1:
+            knobs["shard_group_size"] = self.dp_shard
         if self.tp > 1:
             knobs["tp_degree"] = self.tp
         if self.pp > 1:
