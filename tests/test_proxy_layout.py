@@ -64,3 +64,17 @@ def test_layout_rows_compare_hsdp_tp_trials_with_helper_layouts(plan13, tmp_path
     rows = layout_rows(load_existing_study(url, "proxy-sim"), raw, {"before": None, "after": None})
     assert len(rows) == 3 and all("fsdp+tp2" in r["config"] for r in rows)
     assert all(abs(r["error_pct"]) < 15 for r in rows), [r["error_pct"] for r in rows]
+
+
+def test_validate_a_tp_plan_through_the_sim_compares_without_touching_the_plan(plan13, tmp_path):
+    from tuner.planning import format_validation, validate_plan
+    plan = chosen(plan13, "fsdp+tp8")
+    bands = [r["band_pct"] for r in plan["layouts"]]
+    new = validate_plan(plan, {"model_size": "13b", "gpu_count": 32, "tokens": 100e9}, out_dir=tmp_path,
+                        launcher="sim")
+    v = new["validation"]
+    assert len(v["rows"]) == 3 and all("fsdp+tp2" in r["config"] for r in v["rows"])
+    assert any("tp_degree 8 measured as tp_degree 2" in n for n in v["fallbacks"])
+    assert any("not fitted" in n for n in v["fallbacks"])
+    assert [r["band_pct"] for r in plan["layouts"]] == bands   # the caller's plan is left as it was
+    assert "fsdp+tp2 (mesh 1x1x2)" in format_validation(v)

@@ -9,6 +9,7 @@ writes RUNBOOK.md and runbook.html (``tuner.runbook``, which alone imports plotl
 
 from __future__ import annotations
 
+import copy
 import datetime as _dt
 import math
 from pathlib import Path
@@ -190,7 +191,7 @@ def validate_plan(plan: dict[str, Any], plan_args: dict[str, Any], *, out_dir: P
     residual = sorted(abs(r["refit_error_pct"]) for r in rows)[len(rows) // 2]
     proxy_gpu = raw["cluster"]["gpu"]
     same_gpu = proxy_gpu == plan["inputs"]["gpu"]
-    new_plan = plan_training(**{**plan_args, "calibration": refit}) if same_gpu else plan
+    new_plan = plan_training(**{**plan_args, "calibration": refit}) if same_gpu else copy.deepcopy(plan)
     before_band = plan["chosen"]["band_pct"]
     after_band = new_plan["chosen"]["band_pct"] if same_gpu else math.hypot(before_band, residual)
     note = ("the proxy ran on the plan's GPU: the plan is re-computed with the refitted calibration"
