@@ -1,14 +1,16 @@
-"""How often tuner's 95% intervals cover the truth, on step series with known means.
+"""How often tuner's 95% per-trial intervals cover the truth, on studies with known truth.
 
-    python bench/ci_coverage.py                 # the table of docs/benchmarks.md
-    python bench/ci_coverage.py --reps 500      # quicker, coarser
+    python bench/ci_coverage.py                       # the table of docs/statistics.md
+    python bench/ci_coverage.py --studies 10          # quicker, coarser
 
-Step-to-step variation of a training job is autocorrelated (data-loader hiccups, contention
-that lasts a few steps), so each series here is AR(1) around a known mean with a 5% marginal
-standard deviation. For each autocorrelation phi and number of measured steps it reports the
-coverage of the per-trial CI (`tuner.analysis.mean_ci`, batch means), of the speedup CI
-(`ratio_ci`, two independent series with a true ratio of 1.5), and, for contrast, of the
-i.i.d. t-interval that ignores the autocorrelation.
+A study here is ``--trials`` trials (true rates spread 500-2,000 tokens/s/GPU) sharing one
+noise family (bench/noise_families.py: AR(1) phi 0/0.5/0.8/0.9, t(3), 3% stragglers, a
+warm-up leak). The truth is each trial's tokens over time. Side by side:
+
+- **pooled** (today's, tuner.trial_ci): ratio of sums, REML AR(1) noise model pooled over
+  the study's trials, moderated variance, MSER warm-up truncation;
+- **batch means** (the method before issue 12): mean of per-step rates, ~sqrt(n) batch
+  means, t-quantile with batches - 1 df, judged against the same truth.
 """
 
 from __future__ import annotations
@@ -20,56 +22,68 @@ import time
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tuner.analysis import mean_ci, ratio_ci  # noqa: E402
+from noise_families import FAMILIES, step_series  # noqa: E402
+
+from tuner.trial_ci import study_trial_cis  # noqa: E402
 
 
-def ar1(rng: np.random.Generator, n: int, mean: float, phi: float, rel_sd: float = 0.05) -> np.ndarray:
-    """n steps of a stationary AR(1) series with the given mean and marginal relative sd."""
-    e = np.empty(n)
-    e[0] = rng.normal()
-    for t in range(1, n):
-        e[t] = phi * e[t - 1] + math.sqrt(1 - phi * phi) * rng.normal()
-    return mean * (1 + rel_sd * e)
+def before_ci(values: np.ndarray) -> tuple[float, float] | None:
+    """The per-trial CI before issue 12, verbatim in effect: mean of rates over the first
+    batches x size steps, ~sqrt(n) batches, t with batches - 1 df."""
+    from scipy import stats
+
+    n = len(values)
+    if n < 4:
+        return None
+    size = max(1, int(math.sqrt(n)))
+    k = n // size
+    batches = values[: k * size].reshape(k, size).mean(axis=1)
+    mean = batches.mean()
+    half = float(stats.t.ppf(0.975, k - 1)) * batches.std(ddof=1) / math.sqrt(k)
+    return mean - half, mean + half
 
 
-def iid_covers(x: np.ndarray, truth: float) -> bool:
-    half = stats.t.ppf(0.975, len(x) - 1) * np.std(x, ddof=1) / math.sqrt(len(x))
-    return abs(np.mean(x) - truth) <= half
-
-
-def coverage(phi: float, steps: int, reps: int, rng: np.random.Generator) -> tuple[float, float, float]:
-    mean_hits = ratio_hits = iid_hits = 0
-    for _ in range(reps):
-        base, fast = ar1(rng, steps, 1000.0, phi), ar1(rng, steps, 1500.0, phi)
-        lo, hi = mean_ci(base)["ci95"]
-        mean_hits += lo <= 1000.0 <= hi
-        lo, hi = ratio_ci(mean_ci(fast), mean_ci(base))["ci95"]
-        ratio_hits += lo <= 1.5 <= hi
-        iid_hits += iid_covers(base, 1000.0)
-    return mean_hits / reps, ratio_hits / reps, iid_hits / reps
+def coverage(family: str, steps: int, studies: int, trials: int, rng: np.random.Generator) -> dict[str, float]:
+    """Coverage of both methods and the pooled method's median relative half-width."""
+    hits_new = hits_old = total = 0
+    widths = []
+    for _ in range(studies):
+        truths = rng.uniform(500.0, 2000.0, trials)
+        series = [step_series(rng, family, steps, t) for t in truths]
+        cis = study_trial_cis([r for r, _, _ in series], [s for _, s, _ in series])
+        for (rates, _, truth), ci in zip(series, cis):
+            total += 1
+            hits_new += ci is not None and ci.low <= truth <= ci.high
+            if ci is not None:
+                widths.append((ci.high - ci.low) / 2 / ci.mean)
+            old = before_ci(rates)
+            hits_old += old is not None and old[0] <= truth <= old[1]
+    return {"new": hits_new / total, "old": hits_old / total, "half_width": float(np.median(widths))}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, default=2000, help="series per cell (default 2000)")
-    parser.add_argument("--phis", default="0,0.5,0.8", help="AR(1) coefficients, comma list")
+    parser.add_argument("--studies", type=int, default=30, help="studies per cell (default 30)")
+    parser.add_argument("--trials", type=int, default=60, help="trials per study (default 60)")
+    parser.add_argument("--families", default=",".join(FAMILIES), help="comma list of noise families")
     parser.add_argument("--steps", default="8,16,40", help="measured steps per trial, comma list")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
     t0 = time.monotonic()
-    print(f"{args.reps} series per cell; nominal coverage 95%; Monte Carlo sd about "
-          f"{math.sqrt(0.95 * 0.05 / args.reps):.1%}\n")
-    print("| AR(1) phi | measured steps | per-trial CI (batch means) | speedup CI (delta method) | i.i.d. t-interval |")
-    print("| ---: | ---: | ---: | ---: | ---: |")
-    for phi in (float(p) for p in args.phis.split(",")):
+    n = args.studies * args.trials
+    print(f"{args.studies} studies x {args.trials} trials per cell; nominal 95%; Monte Carlo sd about "
+          f"{math.sqrt(0.95 * 0.05 / n):.1%} (more: trials in a study share a noise estimate)\n")
+    print("| noise | measured steps | pooled ratio-of-sums CI (now) | median half-width | batch means (before) |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for family in args.families.split(","):
         for steps in (int(s) for s in args.steps.split(",")):
-            m, r, i = coverage(phi, steps, args.reps, rng)
-            print(f"| {phi:g} | {steps} | {m:.3f} | {r:.3f} | {i:.3f} |")
+            c = coverage(family, steps, args.studies, args.trials, rng)
+            print(f"| {family} | {steps} | {c['new']:.3f} | {c['half_width']:.1%} | {c['old']:.3f} |", flush=True)
     print(f"\nwall time {time.monotonic() - t0:.0f} s")
     return 0
 

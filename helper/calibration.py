@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["ConstantSpec", "CONSTANTS", "PRIORS", "DEFAULT_CALIBRATION_PATH", "SCHEMA_VERSION",
-           "load_calibration", "resolve_constants", "calibration_source"]
+           "load_calibration", "resolve_constants", "calibration_source", "extrapolation_note"]
 
 SCHEMA_VERSION = 1
 DEFAULT_CALIBRATION_PATH = Path(__file__).with_name("default_calibration.json")
@@ -42,6 +42,9 @@ class ConstantSpec:
     """Width of the prior on the fitted scale (logit or natural log): weak, data dominate."""
     doc: str
     """What it means and where its prior comes from."""
+    fitted: bool = True
+    """False: pinned at its prior by every fit (throughput data cannot separate it from the
+    constants that are fitted; it is set by a source or by a dedicated measurement)."""
 
 
 CONSTANTS: dict[str, ConstantSpec] = {c.name: c for c in (
@@ -51,6 +54,29 @@ CONSTANTS: dict[str, ConstantSpec] = {c.name: c for c in (
     ConstantSpec(name="micro_step_overhead_s", kind="positive", prior_sigma=1.5,
                  doc="Seconds per micro-batch not hidden behind device work: Python, FSDP2 hooks, "
                      "kernel launches, loss/logging syncs. Prior: a guess (5 ms GPU, 20 ms CPU)."),
+    ConstantSpec(name="layer_overhead_s", kind="positive", prior_sigma=1.5,
+                 doc="Seconds per transformer block per micro-batch not hidden behind its "
+                     "compute: FSDP2's per-block pre/post hooks, the block's kernel launches, "
+                     "all-gather waits at small batches. Prior 1 ms: a guess (tens of kernels "
+                     "per block forward and backward at ~10 us each, plus hooks)."),
+    ConstantSpec(name="gemm_tokens_half", kind="positive", prior_sigma=1.0,
+                 doc="Tokens per micro-batch at which matmul efficiency halves (x T / (T + this)): "
+                     "a GEMM's M dimension is the micro-batch's tokens; few tokens under-fill "
+                     "the tensor-core tiles and leave per-kernel costs exposed. Prior 1024: a guess."),
+    ConstantSpec(name="gemm_hidden_half", kind="positive", prior_sigma=1.0,
+                 doc="Hidden width at which matmul efficiency is half of compute_efficiency "
+                     "(efficiency x h / (h + this)): narrow GEMMs under-use tensor cores. Prior "
+                     "512: MPT 125M vs 3B MFU on the same A100s (llm-foundry benchmarks)."),
+    ConstantSpec(name="attention_efficiency", kind="fraction", prior_sigma=1.0,
+                 doc="Share of peak flash attention reaches on its causal FLOPs at long "
+                     "sequences. Prior 0.5: FlashAttention-2 fwd+bwd 50-73 % of A100 peak (Dao 2023)."),
+    ConstantSpec(name="attention_seq_half", kind="positive", prior_sigma=1.0, fitted=False,
+                 doc="Sequence length at which flash attention runs at half its efficiency "
+                     "(short rows under-fill the kernel's tiles). Prior 256: a guess, pinned."),
+    ConstantSpec(name="memory_scale", kind="positive", prior_sigma=0.3, fitted=False,
+                 doc="Measured / modelled per-step memory (activations, gathered blocks, "
+                     "buffers). Prior 1 (the formulas match PyTorch's FSDP2 tracker); fitted by "
+                     "fit_memory_scale from trials' peak_mem_gib, never from throughput."),
     ConstantSpec(name="bus_bw_efficiency", kind="positive", prior_sigma=0.7,
                  doc="Achieved share of the nominal ring bus bandwidth (Simple protocol). Prior "
                      "0.8: old tuning.cc capped A100 rings at 235 of 300 GB/s (0.78)."),
@@ -82,6 +108,9 @@ CONSTANTS: dict[str, ConstantSpec] = {c.name: c for c in (
 )}
 
 _GPU_PRIOR = {"compute_efficiency": 0.45, "micro_step_overhead_s": 0.005, "bus_bw_efficiency": 0.8,
+              "gemm_hidden_half": 512.0, "gemm_tokens_half": 1024.0, "layer_overhead_s": 0.001,
+              "attention_efficiency": 0.5, "attention_seq_half": 256.0,
+              "memory_scale": 1.0,
               "proto_bw_factor_ll128": 0.92, "proto_bw_factor_ll": 1 / 3,
               "algo_bw_factor_tree": 0.92, "algo_bw_factor_nvls": 1.0, "algo_bw_factor_pat": 1.0,
               "collective_latency_scale": 1.0, "comm_overlap_fraction": 0.9,
@@ -92,6 +121,8 @@ PRIORS: dict[str, dict[str, float]] = {
     # The CPU proxy: a process reaches a small share of the nominal peak, and per-step Python
     # and gloo costs dominate a tiny model. Guesses until a quickstart study is distilled.
     "cpu": {**_GPU_PRIOR, "compute_efficiency": 0.2, "micro_step_overhead_s": 0.02,
+            "gemm_hidden_half": 1.0, "gemm_tokens_half": 1.0, "layer_overhead_s": 1e-4,
+            "attention_efficiency": 0.2, "attention_seq_half": 1.0,
             "bus_bw_efficiency": 1.0, "comm_overlap_fraction": 0.3, "startup_fixed_s": 8.0},
 }
 """Built-in priors: the fitting's starting point, and what an empty calibration means."""
@@ -178,3 +209,30 @@ def resolve_constants(calibration: dict[str, Any] | str | Path | None,
     blocks = cal["constants"]
     merged = {**PRIORS.get(gpu, PRIORS["default"]), **blocks.get("default", {}), **blocks.get(gpu, {})}
     return merged, cal["source"]
+
+
+def extrapolation_note(calibration: dict[str, Any] | str | Path | None, gpu: str, *,
+                       n_params: float, gpu_count: int) -> str:
+    """``""`` inside the calibration's data, else ``"; extrapolated: ..."`` naming what is outside.
+
+    Uses ``quality.coverage`` (the model sizes and GPU counts each GPU's fit saw); a
+    calibration without it, or a GPU it has no data for, says so.
+
+    Example:
+        >>> extrapolation_note(None, "H100-80GB", n_params=7e9, gpu_count=8)
+        ''
+        >>> print(extrapolation_note(None, "H100-80GB", n_params=405e9, gpu_count=8))
+        ; extrapolated: model size 405e9 outside the calibration's 0.759e9-64.9e9 on H100-80GB
+    """
+    cal = _as_calibration(calibration)
+    cov = ((cal.get("quality") or {}).get("coverage") or {}).get(gpu)
+    if not cov:
+        return f"; extrapolated: the calibration has no {gpu} measurement"
+    out = []
+    lo, hi = cov["n_params"]
+    if not lo * 0.9 <= n_params <= hi * 1.1:
+        out.append(f"model size {n_params / 1e9:.3g}e9 outside the calibration's {lo / 1e9:.3g}e9-{hi / 1e9:.3g}e9")
+    lo, hi = cov["gpu_count"]
+    if not lo <= gpu_count <= hi:
+        out.append(f"{gpu_count} GPUs outside the calibration's {lo:.0f}-{hi:.0f}")
+    return f"; extrapolated: {', '.join(out)} on {gpu}" if out else ""

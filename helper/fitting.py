@@ -7,9 +7,12 @@ Per GPU model, a maximum-a-posteriori fit with ``scipy.optimize.least_squares``:
 - one prior residual per constant, ``(z - z_prior) / prior_sigma`` on the logit (fractions)
   or log (positive) scale, so constants no measurement exercises stay at their prior.
 
-A constant counts as *informed* when the data shrink its posterior standard deviation below
-half the prior's (from the Jacobian at the optimum, correlations included); only informed
-constants are written into the GPU's block, the rest keep inheriting. Measurements whose
+A constant counts as *informed* when the data shrink its conditional standard deviation (the
+others held fixed, from the Jacobian at the optimum) below half the prior's. The rest are
+pinned at their base values and the informed ones refitted as one set, so what is written is
+one consistent optimum; only informed constants are written into the GPU's block.
+``quality`` reports leave-one-out error (each measurement predicted by a refit without it)
+next to the in-sample error. Measurements whose
 padding efficiency is unknown (``padding`` mode given, ``padding_efficiency`` absent) get
 one nuisance constant per mode, ``padding_efficiency_<mode>``.
 """
@@ -28,6 +31,7 @@ from scipy.optimize import least_squares
 
 from helper.calibration import CONSTANTS, PRIORS, SCHEMA_VERSION, load_calibration, resolve_constants
 from helper.collectives import UnsupportedCollective
+from helper.noise import estimate_noise_rel
 from helper.sizes import parse_model_size
 from helper.throughput import StepPlan, plan_step, step_time_breakdown
 
@@ -36,7 +40,7 @@ __all__ = ["fit_calibration", "measurement_plan", "KNOBS_REPORTED"]
 KNOBS_REPORTED = ("nccl_algo", "nccl_proto", "num_workers", "prefetch_factor", "grad_accum",
                   "micro_batch", "padding", "activation_checkpointing", "sharding", "gpu_count")
 _STARTUP = ("startup_fixed_s", "model_init_s_per_gparam")
-_FITTED = tuple(k for k in CONSTANTS if k not in _STARTUP)
+_FITTED = tuple(k for k, spec in CONSTANTS.items() if k not in _STARTUP and spec.fitted)
 _PADDING_PRIOR = 0.5  # unknown share of real tokens; logit-scale prior sigma 2 (very weak)
 
 
@@ -67,13 +71,15 @@ def measurement_plan(m: dict[str, Any]) -> tuple[StepPlan, str | None]:
     plan = plan_step(
         parse_model_size(model), n, gpu=m["gpu"], seq_len=int(m.get("seq_len", 2048)),
         micro_batch=int(m.get("micro_batch", 1)), grad_accum=int(m.get("grad_accum", 1)),
-        activation_checkpointing=bool(m.get("activation_checkpointing", False)),
+        activation_checkpointing=m.get("activation_checkpointing", False),
+        attention=str(m.get("attention", "sdpa")),
         gpus_per_node=int(m.get("gpus_per_node") or min(8, n)),
         nccl_algo=m.get("nccl_algo", "default"), nccl_proto=m.get("nccl_proto", "default"),
         num_workers=int(m.get("num_workers", 0)), prefetch_factor=m.get("prefetch_factor"),
         sharding=m.get("sharding", "zero3"), padding_efficiency=float(pad_eff),
         examples_per_sequence=float(m.get("examples_per_sequence", 1.0)),
-        reshard_after_forward=bool(m.get("reshard_after_forward", True)))
+        reshard_after_forward=bool(m.get("reshard_after_forward", True)),
+        reduce_scatter_every_micro_step=bool(m.get("reduce_scatter_every_micro_step", False)))
     return plan, pad_key
 
 
@@ -104,9 +110,9 @@ def _pct_errors(items, consts_by_gpu) -> list[float]:
 
 
 def _fit_group(items: list, base_consts: dict[str, float], noise_rel: float, max_nfev: int,
-               n_starts: int = 5):
+               n_starts: int = 5, free: list[str] | None = None, start: dict[str, float] | None = None):
     pad_keys = sorted({k for _, _, k, _ in items if k})
-    names = list(_FITTED) + pad_keys
+    names = [k for k in (free if free is not None else _FITTED) if not k.startswith("padding_")] + pad_keys
     prior = {**base_consts, **{k: base_consts.get(k, _PADDING_PRIOR) for k in pad_keys}}
     z0 = np.array([_encode(nm, prior[nm]) for nm in names])
     sig = np.array([_sigma(nm) for nm in names])
@@ -123,15 +129,56 @@ def _fit_group(items: list, base_consts: dict[str, float], noise_rel: float, max
     # Multi-start: NCCL's LL bandwidth cap (a min) and the overlap max() make the cost
     # piecewise smooth, so one descent can stall; the prior and seeded +-1 sigma perturbations.
     rng = np.random.default_rng(0)
-    starts = [z0] + [z0 + sig * rng.uniform(-1.0, 1.0, size=z0.size) for _ in range(n_starts - 1)]
+    first = z0 if start is None else np.array([_encode(nm, start.get(nm, prior[nm])) for nm in names])
+    starts = [first] + [z0 + sig * rng.uniform(-1.0, 1.0, size=z0.size) for _ in range(n_starts - 1)]
     res = min((least_squares(residuals, s, method="trf", max_nfev=max_nfev) for s in starts),
               key=lambda r: r.cost)
     jac = np.asarray(res.jac)
     cov = np.linalg.pinv(jac.T @ jac)
     post_sd = np.sqrt(np.clip(np.diag(cov), 0, None))
-    informed = [nm for nm, sd, s in zip(names, post_sd, sig) if sd < 0.5 * s]
+    # Informed = the data move it: its sd with the other constants held fixed (1 / sqrt of
+    # the precision's diagonal) is under half the prior's. The marginal sd would call two
+    # correlated constants (efficiency and a size term) uninformed, pin one at its prior and
+    # leave the other to absorb everything.
+    cond_sd = 1.0 / np.sqrt(np.clip(np.diag(jac.T @ jac), 1e-300, None))
+    informed = [nm for nm, sd, s in zip(names, cond_sd, sig) if sd < 0.5 * s]
     fitted = consts_of(res.x)
     return fitted, informed, dict(zip(names, post_sd.tolist())), bool(res.success)
+
+
+def _loo_errors(group: list, base_consts: dict[str, float], noise_rel: float, max_nfev: int,
+                free: list[str], fitted: dict[str, float]) -> list[float]:
+    """% error on each measurement of a refit without it (same free constants, warm start)."""
+    errs = []
+    for j, held in enumerate(group):
+        rest = group[:j] + group[j + 1:]
+        consts, *_ = _fit_group(rest, base_consts, noise_rel, max_nfev, 1, free=free, start=fitted)
+        _, plan, key, meas = held
+        if key and key not in consts:
+            consts = {**consts, key: fitted.get(key, _PADDING_PRIOR)}
+        errs.append(100.0 * (_predict(plan, key, consts) / meas - 1.0))
+    return errs
+
+
+def _loo_summary(loo: list[float], abs_in: list[float]) -> dict[str, Any]:
+    if not loo:
+        return {"loo_median_abs_pct_error": None, "loo_max_abs_pct_error": None,
+                "loo_to_in_sample_ratio": None}
+    med = statistics.median(abs(e) for e in loo)
+    return {"loo_median_abs_pct_error": round(med, 2),
+            "loo_max_abs_pct_error": round(max(abs(e) for e in loo), 2),
+            "loo_to_in_sample_ratio": round(med / max(statistics.median(abs_in), 1e-9), 2)}
+
+
+def _coverage(items: list) -> dict[str, dict[str, list[float]]]:
+    """Per GPU, the range of model sizes, GPU counts and sequence lengths the fit saw."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for _, p, _, _ in items:
+        c = out.setdefault(p.gpu.name, {})
+        for key, v in (("n_params", p.shape.n_params), ("gpu_count", p.gpu_count), ("seq_len", p.seq_len)):
+            lo, hi = c.get(key, [v, v])
+            c[key] = [min(lo, v), max(hi, v)]
+    return out
 
 
 def _per_knob(measurements: list[dict], items: list, errors: list[float]) -> dict[str, dict]:
@@ -148,8 +195,8 @@ def _per_knob(measurements: list[dict], items: list, errors: list[float]) -> dic
 
 
 def fit_calibration(measurements: list[dict[str, Any]], *, base: dict[str, Any] | None = None,
-                    noise_rel: float = 0.05, source: str | None = None,
-                    max_nfev: int = 200, n_starts: int = 5) -> dict[str, Any]:
+                    noise_rel: float | None = None, source: str | None = None,
+                    max_nfev: int = 200, n_starts: int = 5, cross_validate: bool = False) -> dict[str, Any]:
     """Fit the model's constants to measurements; a calibration dict with quality and provenance.
 
     Args:
@@ -157,10 +204,16 @@ def fit_calibration(measurements: list[dict[str, Any]], *, base: dict[str, Any] 
             ``tokens_per_sec_per_gpu`` and optionally ``startup_seconds``, ``study``, ``ref``.
         base: the calibration whose values are the priors and whose other GPU blocks are
             kept (default: the shipped default calibration).
-        noise_rel: assumed relative measurement noise (weights data against priors).
+        noise_rel: relative measurement noise (weights data against priors); None estimates
+            it from repeated configurations (:func:`helper.noise.estimate_noise_rel`), 5 %
+            where nothing is repeated.
         source: the ``source`` line to record (default: says what was fitted, and when).
         max_nfev: evaluation cap per start for ``least_squares``.
         n_starts: descents per GPU group (the prior, then seeded perturbations); the best wins.
+        cross_validate: also refit leaving each measurement out and report its error
+            (``quality.loo_*``): the honest error on configurations the fit did not see.
+            One refit per measurement: ``tuner distill`` and ``bench/validate_model.py`` turn
+            it on; callers that fit in a loop (a model-guided sampler) leave it off.
 
     Returns:
         A calibration (``load_calibration``'s format): ``constants`` (base blocks updated
@@ -180,6 +233,9 @@ def fit_calibration(measurements: list[dict[str, Any]], *, base: dict[str, Any] 
         True
     """
     base = copy.deepcopy(base) if base is not None else load_calibration()
+    noise = estimate_noise_rel(measurements)
+    if noise_rel is None:
+        noise_rel = noise["noise_rel"] if noise["noise_rel"] is not None else 0.05
     items: list[tuple[int, StepPlan, str | None, float]] = []
     skipped: list[dict[str, Any]] = []
     for i, m in enumerate(measurements):
@@ -208,8 +264,17 @@ def fit_calibration(measurements: list[dict[str, Any]], *, base: dict[str, Any] 
     fitted_by_gpu: dict[str, dict[str, float]] = {}
     posterior: dict[str, dict[str, float]] = {}
     converged: dict[str, bool] = {}
+    loo: list[float] = []
     for g, group in by_gpu.items():
         fitted, informed, sd, ok = _fit_group(group, base_consts[g], noise_rel, max_nfev, n_starts)
+        # Pin what the data did not inform at its base value and refit the rest as one set:
+        # the written constants are then a consistent optimum, not a mix (issue 13).
+        free = [k for k in informed if not k.startswith("padding_")]
+        fitted, _, sd2, ok = _fit_group(group, base_consts[g], noise_rel, max_nfev, n_starts,
+                                        free=free, start=fitted)
+        sd.update(sd2)
+        if cross_validate and len(group) > 2:
+            loo.extend(_loo_errors(group, base_consts[g], noise_rel, max_nfev, free, fitted))
         # Start-up: the median of (measured - modelled variable part) sets startup_fixed_s.
         starts = [(measurements[i]["startup_seconds"], p) for i, p, *_ in group
                   if isinstance(measurements[i].get("startup_seconds"), (int, float))]
@@ -249,6 +314,9 @@ def fit_calibration(measurements: list[dict[str, Any]], *, base: dict[str, Any] 
             "median_abs_pct_error_before": round(statistics.median(abs(e) for e in before), 2),
             "p90_abs_pct_error": round(float(np.percentile(abs_after, 90)), 2),
             "max_abs_pct_error": round(max(abs_after), 2),
+            **_loo_summary(loo, abs_after),
+            "noise": {**noise, "noise_rel_used": round(noise_rel, 4)},
+            "coverage": _coverage(items),
             "per_gpu": per_gpu,
             "per_knob": _per_knob(measurements, items, after),
             "skipped": skipped,

@@ -21,7 +21,7 @@ class GpuSpec:
     peak_flops: float
     """Dense peak of the training dtype, FLOP/s (bf16 tensor cores on GPUs)."""
     memory_gb: float
-    """Device memory capacity, GB."""
+    """Device memory the allocator can use, GB (1e9 bytes; see ``_CAPACITY_NOTE``)."""
     hbm_gbs: float
     """Device memory bandwidth, GB/s (sets the optimizer-step time)."""
     intra_node_gbs: float
@@ -46,9 +46,15 @@ class GpuSpec:
 
 # Framework overhead (all GPUs): ~0.5-1 GB CUDA context with kernels loaded lazily (PyTorch
 # "CUDA semantics" notes, CUDA_MODULE_LOADING=LAZY), cuBLAS workspaces (a few MiB per
-# stream), NCCL buffers (NCCL_BUFFSIZE = 4 MiB per channel per peer direction, NCCL env docs,
-# tens of channels) -> an allowance of 2 GB, not a measurement.
-_GPU_OVERHEAD_GB = 2.0
+# stream), NCCL buffers (NCCL_BUFFSIZE = 4 MiB per channel per peer direction, NCCL env docs)
+# -> an allowance of 1 GB, not a measurement (2 GB predicted MPT jobs that ran as OOM).
+_GPU_OVERHEAD_GB = 1.0
+
+# Capacity: the datasheets' "40GB"/"80GB"/"141GB" are binary sizes of the HBM stacks; the
+# usable total is nvidia-smi's memory.total (A100 40GB: 40960 MiB, A100 80GB: 81920 MiB,
+# H100 SXM 80GB: 81559 MiB, H200: 143771 MiB), in 1e9 bytes. Reading "80GB" as 80e9 bytes
+# understated an H100 by 7 % and predicted published jobs out of memory (issue 13).
+_MIB = 2**20 / 1e9
 
 GPUS: dict[str, GpuSpec] = {
     g.name: g
@@ -57,12 +63,12 @@ GPUS: dict[str, GpuSpec] = {
         # TFLOPS dense (624 with sparsity); A100 40GB SXM HBM2 1,555 GB/s; NVLink 600 GB/s
         # total (= 300 GB/s per direction). DGX A100 datasheet: 8x ConnectX-6 200 Gb/s HDR
         # InfiniBand for compute (= 25 GB/s per GPU), 2x 64-core AMD EPYC 7742 (16 cores/GPU).
-        GpuSpec(name="A100-40GB", peak_flops=312e12, memory_gb=40.0, hbm_gbs=1555.0,
+        GpuSpec(name="A100-40GB", peak_flops=312e12, memory_gb=40960 * _MIB, hbm_gbs=1555.0,
                 intra_node_gbs=300.0, net_gbs_per_gpu=25.0, nccl_arch="ampere", nvls=False,
                 cpu_cores_per_gpu=16, framework_overhead_gb=_GPU_OVERHEAD_GB, compute_dtype_bytes=2,
                 source="NVIDIA A100 datasheet (SXM4 40GB); DGX A100 datasheet"),
         # Same datasheet: A100 80GB SXM HBM2e 2,039 GB/s; DGX A100 640GB: 8x 200 Gb/s.
-        GpuSpec(name="A100-80GB", peak_flops=312e12, memory_gb=80.0, hbm_gbs=2039.0,
+        GpuSpec(name="A100-80GB", peak_flops=312e12, memory_gb=81920 * _MIB, hbm_gbs=2039.0,
                 intra_node_gbs=300.0, net_gbs_per_gpu=25.0, nccl_arch="ampere", nvls=False,
                 cpu_cores_per_gpu=16, framework_overhead_gb=_GPU_OVERHEAD_GB, compute_dtype_bytes=2,
                 source="NVIDIA A100 datasheet (SXM4 80GB); DGX A100 datasheet"),
@@ -70,14 +76,14 @@ GPUS: dict[str, GpuSpec] = {
         # 1,979 TFLOPS with sparsity = 989 dense; 80 GB HBM3 at 3.35 TB/s; NVLink 900 GB/s
         # total (450 per direction). DGX H100 user guide: 8x ConnectX-7 400 Gb/s compute
         # ports (= 50 GB/s per GPU), 2x 56-core Xeon 8480C (14 cores/GPU).
-        GpuSpec(name="H100-80GB", peak_flops=989e12, memory_gb=80.0, hbm_gbs=3350.0,
+        GpuSpec(name="H100-80GB", peak_flops=989e12, memory_gb=81559 * _MIB, hbm_gbs=3350.0,
                 intra_node_gbs=450.0, net_gbs_per_gpu=50.0, nccl_arch="hopper", nvls=True,
                 cpu_cores_per_gpu=14, framework_overhead_gb=_GPU_OVERHEAD_GB, compute_dtype_bytes=2,
                 source="NVIDIA H100 datasheet (SXM5); DGX H100 user guide"),
         # NVIDIA H200 datasheet (nvidia.com/en-us/data-center/h200), SXM: BF16 1,979 TFLOPS
         # with sparsity = 989 dense; 141 GB HBM3e at 4.8 TB/s; NVLink 900 GB/s. DGX H200:
         # same 8x ConnectX-7 400 Gb/s and CPUs as DGX H100.
-        GpuSpec(name="H200-141GB", peak_flops=989e12, memory_gb=141.0, hbm_gbs=4800.0,
+        GpuSpec(name="H200-141GB", peak_flops=989e12, memory_gb=143771 * _MIB, hbm_gbs=4800.0,
                 intra_node_gbs=450.0, net_gbs_per_gpu=50.0, nccl_arch="hopper", nvls=True,
                 cpu_cores_per_gpu=14, framework_overhead_gb=_GPU_OVERHEAD_GB, compute_dtype_bytes=2,
                 source="NVIDIA H200 datasheet (SXM); DGX H200 datasheet"),

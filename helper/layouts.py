@@ -34,7 +34,7 @@ from helper.collectives import CollectiveChoice, choose_collective, collective_t
 from helper.gpus import GpuSpec, get_gpu
 from helper.memory import FRAGMENTATION_ALLOWANCE, activation_memory_gb, estimate_memory
 from helper.sizes import ModelShape, parse_model_size
-from helper.throughput import flops_per_token
+from helper.throughput import compute_seconds, flops_per_token, plan_step
 
 __all__ = ["Layout", "candidate_layouts", "layout_memory", "layout_step_time", "pipeline_bubble_fraction",
            "tp_collectives_per_block"]
@@ -156,7 +156,17 @@ def layout_memory(model_size: float | int | str | ModelShape, layout: Layout, *,
     shape = parse_model_size(model_size)
     spec = get_gpu(gpu)
     t, p = layout.tp, layout.pp
-    base = estimate_memory(shape, layout.dp_shard * t * p, sharding="zero3", gpu=spec)
+    if t == 1 and p == 1:  # FSDP or HSDP: the memory model's own peak over the shard group
+        full = estimate_memory(shape, layout.dp_shard, sharding="zero3", gpu=spec, micro_batch=micro_batch,
+                               seq_len=seq_len, activation_checkpointing=activation_checkpointing,
+                               grad_accum=grad_accum, reduce_scatter_every_micro_step=True)
+        return {k: full[k] for k in ("weights", "gradients", "optimizer", "static", "activations",
+                                     "gathered_params", "overhead", "total")}
+    # The states' split, at the same peak moment the memory model picks for these rows (whether
+    # the sharded gradients are live at the loss); the dynamic parts are split below.
+    base = estimate_memory(shape, layout.dp_shard * t * p, sharding="zero3", gpu=spec, micro_batch=micro_batch,
+                           seq_len=seq_len, activation_checkpointing=activation_checkpointing,
+                           grad_accum=grad_accum, reduce_scatter_every_micro_step=True)
     act = activation_memory_gb(shape, micro_batch=micro_batch, seq_len=seq_len,
                                activation_checkpointing=activation_checkpointing,
                                dtype_bytes=spec.compute_dtype_bytes)
@@ -211,8 +221,14 @@ def layout_step_time(model_size: float | int | str | ModelShape, layout: Layout,
     t, p, ga = layout.tp, layout.pp, grad_accum
     pb = spec.compute_dtype_bytes
     blocks = shape.arch.n_layers / p
-    fpt = flops_per_token(shape, seq_len, activation_checkpointing=activation_checkpointing)
-    compute_s = ga * micro_batch * seq_len * fpt / (t * p) / (spec.peak_flops * c["compute_efficiency"])
+    # Compute is the throughput model's own (matmul and attention efficiencies, recompute) for one
+    # data-parallel rank's rows, split over the tp x pp GPUs that share them. TP's narrower GEMMs
+    # are taken at the same efficiency: an optimistic simplification, which TP's band widens.
+    plan = plan_step(shape, layout.gpu_count, gpu=spec, gpus_per_node=gpus_per_node, seq_len=seq_len,
+                     micro_batch=micro_batch, activation_checkpointing=activation_checkpointing,
+                     grad_accum=ga, reshard_after_forward=reshard_after_forward)
+    matmul_s, attention_s = compute_seconds(plan, c)
+    compute_s = (matmul_s + attention_s) / (t * p)
 
     shard = _group(layout.dp_shard, t, g)
     replicate = _group(layout.dp_replicate, layout.dp_shard * t, g)
@@ -235,7 +251,7 @@ def layout_step_time(model_size: float | int | str | ModelShape, layout: Layout,
         link = (spec.net_gbs_per_gpu if layout.gpu_count // p >= g else spec.intra_node_gbs) * 1e9
         p2p_s = ga * 2 * (act_bytes / t) / (link * c.get("bus_bw_efficiency", 1.0))
     optimizer_s = shape.n_params / (layout.dp_shard * t * p) * _ADAM_BYTES_PER_PARAM / (spec.hbm_gbs * 1e9)
-    overhead_s = ga * c["micro_step_overhead_s"]
+    overhead_s = ga * (c["micro_step_overhead_s"] + blocks * c.get("layer_overhead_s", 0.0))
     work_s = compute_s + exposed_s + tp_s + p2p_s
     bubble_s = work_s * pipeline_bubble_fraction(p, ga) / (1 - pipeline_bubble_fraction(p, ga))
     step_s = work_s + bubble_s + optimizer_s + overhead_s

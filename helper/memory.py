@@ -19,8 +19,9 @@ from __future__ import annotations
 from helper.gpus import GpuSpec, get_gpu
 from helper.sizes import ModelShape, parse_model_size
 
-__all__ = ["SHARDINGS", "normalize_sharding", "estimate_memory", "static_memory_gb",
-           "activation_bytes_per_token_per_layer", "activation_memory_gb",
+__all__ = ["SHARDINGS", "CHECKPOINTING", "normalize_sharding", "normalize_checkpointing",
+           "estimate_memory", "static_memory_gb", "activation_bytes_per_token_per_layer",
+           "activation_memory_gb",
            "BYTES_PER_PARAM", "FRAGMENTATION_ALLOWANCE"]
 
 GB = 1e9
@@ -30,16 +31,21 @@ _ALIASES = {"fsdp": "zero3", "full_shard": "zero3", "shard_grad_op": "zero2", "n
 BYTES_PER_PARAM = {"weights": 2.0, "gradients": 2.0, "optimizer": 12.0}
 """Mixed-precision Adam (ZeRO paper, K = 12): bf16 weights, bf16 grads, fp32 master + m + v."""
 
-FRAGMENTATION_ALLOWANCE = 0.10
+FRAGMENTATION_ALLOWANCE = 0.05
 """Share added to the memory that is allocated and freed every step (activations, gathered
-blocks, accumulation buffers) for the caching allocator's fragmentation: an allowance (PyTorch
-users commonly see 5-15 % reserved-but-unallocated), not a measurement."""
+blocks, accumulation buffers) for the caching allocator's fragmentation: an allowance, not a
+measurement. 5 % (was 10 %): with 10 %, 16 MosaicML MPT configurations that ran in 40/80 GB
+were predicted out of memory (issue 13, bench/validate_model.py memory table)."""
 
-# Bytes per logit kept at the loss, bf16 compute: the bf16 logits (2), the fp32 upcast the
-# HF loss makes (4), the fp32 log-softmax saved by cross_entropy (4) and its fp32 gradient in
-# backward (4). In fp32 compute there is no upcast copy.
-_LOGIT_BYTES_BF16 = 14.0
+# Bytes per logit live at the loss's peak, bf16 compute: the bf16 logits (2), the fp32
+# log-softmax cross_entropy saves (4), and in backward its fp32 gradient (4) and the bf16
+# gradient of the logits (2); the HF loss's fp32 upcast copy (4) is freed once the forward
+# returns. 12 B: the FSDP2 tracker on the trial's model shows 12.6 (docs/validation.md).
+_LOGIT_BYTES_BF16 = 12.0
 _LOGIT_BYTES_FP32 = 12.0
+# MPT (llm-foundry) uses flash-attn's fused cross-entropy (modeling_mpt.py, loss_fn
+# 'fused_crossentropy'): it keeps the bf16 logits and writes a bf16 gradient (2 + 2).
+_LOGIT_BYTES_FUSED = 4.0
 
 
 def normalize_sharding(sharding: str) -> str:
@@ -76,63 +82,123 @@ def static_memory_gb(n_params: float, gpu_count: int, sharding: str) -> dict[str
             for k, b in BYTES_PER_PARAM.items()}
 
 
-def activation_bytes_per_token_per_layer(shape: ModelShape, *, dtype_bytes: int = 2) -> float:
-    """Bytes one Llama block saves for backward, per token (Korthikanti et al. 2022, Sec. 4.1).
+CHECKPOINTING = ("none", "selective", "full")
+
+
+def normalize_checkpointing(activation_checkpointing: bool | str | None) -> str:
+    """``False``/``"none"`` -> ``none``, ``True``/``"full"`` -> ``full``, ``"selective"``.
+
+    Example:
+        >>> normalize_checkpointing(True), normalize_checkpointing("Selective")
+        ('full', 'selective')
+    """
+    if activation_checkpointing is None or isinstance(activation_checkpointing, bool):
+        return "full" if activation_checkpointing else "none"
+    key = str(activation_checkpointing).strip().lower()
+    key = {"true": "full", "false": "none", "off": "none", "on": "full"}.get(key, key)
+    if key not in CHECKPOINTING:
+        raise ValueError(f"unknown activation_checkpointing {activation_checkpointing!r}; "
+                         f"one of {', '.join(CHECKPOINTING)} (or a bool)")
+    return key
+
+
+def activation_bytes_per_token_per_layer(shape: ModelShape, *, dtype_bytes: int = 2,
+                                         checkpointing: str = "none", attention: str = "sdpa",
+                                         seq_len: int = 2048) -> float:
+    """Bytes one block saves for backward, per token (Korthikanti et al. 2022, Sec. 4.1).
 
     What the Hugging Face Llama block keeps (p = dtype bytes, h hidden, kv = kv heads x
     head_dim, i = MLP width, a = heads):
 
-    - two RMSNorms: the fp32 upcast input (4h each) and the normalised output (p h each, the
-      input of q/k/v and of gate/up);
-    - attention: q and k before RoPE (p h + p kv), q, k, v after RoPE (p (h + 2 kv)), the SDPA
-      output (p h) and its contiguous copy into o_proj (p h), the fp32 log-sum-exp (4 a);
-      no s x s matrix (SDPA / FlashAttention);
+    - two RMSNorms: the fp32 upcast input (4h each), the normalised bf16 value the weight
+      multiplies (p h) and the output (p h, the input of q/k/v and of gate/up);
+    - attention: q, k, v as SDPA saves them, at all heads (``repeat_kv`` expands k and v, so
+      grouped-query attention saves as much as multi-head: 3 p h), the SDPA output and its
+      contiguous copy into o_proj (2 p h), one more p h the tracker counts per block that we
+      do not attribute, and the fp32 log-sum-exp (4 a); RoPE multiplies by constant cos/sin
+      and saves nothing large; no s x s matrix with SDPA / FlashAttention;
     - SwiGLU MLP: gate, up, silu(gate) and their product (4 p i).
 
-    For GPT's block the same count gives Korthikanti's 34 s b h (minus the 5 a s^2 b term).
+    That is 49.5 h bytes for Llama-2-7B. PyTorch's FSDP2 memory tracker on the real HF model
+    measures 50.0 h per layer for a multi-head h = 1024 block and the same bytes with 4x
+    fewer kv heads (docs/validation.md, memory section), which this count follows. MPT (llm-foundry) keeps less:
+    bf16 LayerNorms (input, output: 2 p h each), fused Wqkv output (3 p h), the flash output
+    and its o_proj input (2 p h), GELU input and output (2 p 4h): 17 p h = 34 h bytes, which is
+    Korthikanti's 34 s b h (their dropout masks out, no s x s term).
+
+    ``attention="eager"`` adds the materialised scores HF's eager path keeps: the fp32
+    softmax output and its bf16 copy, (4 + p) a s bytes per token (Korthikanti's 5 a s / h
+    term in bf16). ``checkpointing="selective"`` keeps only the matmul outputs and the block
+    input (Korthikanti Sec. 4.3: recompute the attention core and pointwise ops); ``full``
+    is handled by :func:`activation_memory_gb`.
 
     Example:
         >>> from helper.sizes import parse_model_size
         >>> round(activation_bytes_per_token_per_layer(parse_model_size("llama-2-7b")) / 4096, 1)
-        47.5
+        49.5
+        >>> round(activation_bytes_per_token_per_layer(parse_model_size("mpt-7b")) / 4096, 1)
+        34.0
     """
     a = shape.arch
     p = float(dtype_bytes)
     h, i = float(a.hidden), float(a.intermediate)
     kv = float(a.n_kv_heads * a.head_dim)
-    norms = 2 * 4 * h + 2 * p * h
-    attention = (p * h + p * kv) + p * (h + 2 * kv) + 2 * p * h + 4 * a.n_heads
+    scores = (4.0 + p) * a.n_heads * float(seq_len) if attention == "eager" else 0.0
+    if checkpointing == "selective":  # block input, q/k/v, o_proj out, MLP up (and gate), down out
+        mlp_outs = 2 * i if a.family == "llama" else i
+        return p * (h + (h + 2 * kv) + h + mlp_outs + h)
+    if a.family == "mpt":
+        return p * (2 * h + 2 * h + (h + 2 * kv) + 2 * h + 2 * i) + 4 * a.n_heads + scores
+    norms = 2 * 4 * h + 2 * 2 * p * h
+    attention_b = 3 * p * h + 2 * p * h + p * h + 4 * a.n_heads
     mlp = 4 * p * i
-    return norms + attention + mlp
+    return norms + attention_b + mlp + scores
 
 
 def activation_memory_gb(shape: ModelShape, *, micro_batch: int, seq_len: int,
-                         activation_checkpointing: bool, dtype_bytes: int = 2) -> dict[str, float]:
+                         activation_checkpointing: bool | str, dtype_bytes: int = 2,
+                         attention: str = "sdpa") -> dict[str, float]:
     """Activation memory of one micro-batch, GB: ``blocks``, ``logits``, ``total``.
 
-    Without checkpointing every block keeps its activations. With full (per-block)
-    checkpointing each block keeps only its bf16 input and one block's activations are live
-    again while it is recomputed in backward (Korthikanti et al. 2022, Sec. 4.2: 2 s b h L).
-    The loss keeps ``micro_batch x seq_len x vocab`` logits in several copies.
+    Without checkpointing every block keeps its activations and the loss's logits come on
+    top (the peak is at the loss). With full (per-block) checkpointing each block keeps only
+    its bf16 input (Korthikanti et al. 2022, Sec. 4.2: 2 s b h L) and the peak is the larger
+    of the loss's logits and one block recomputed in backward, not their sum: PyTorch's
+    FSDP2 memory tracker on the trial's model puts the peak at the loss, with the logits but
+    no recomputed block (docs/validation.md). Selective checkpointing keeps the matmul outputs
+    of every block (see :func:`activation_bytes_per_token_per_layer`).
     """
+    mode = normalize_checkpointing(activation_checkpointing)
     tokens = float(micro_batch) * float(seq_len)
-    per_layer = activation_bytes_per_token_per_layer(shape, dtype_bytes=dtype_bytes)
+    per_layer = activation_bytes_per_token_per_layer(shape, dtype_bytes=dtype_bytes, attention=attention,
+                                                     seq_len=seq_len)
     layers = shape.arch.n_layers
-    if activation_checkpointing:
-        blocks = tokens * (layers * dtype_bytes * shape.arch.hidden + per_layer)
-    else:
-        blocks = tokens * layers * per_layer
     logit_bytes = _LOGIT_BYTES_BF16 if dtype_bytes == 2 else _LOGIT_BYTES_FP32
+    if shape.arch.family == "mpt":
+        logit_bytes = _LOGIT_BYTES_FUSED
     logits = tokens * shape.arch.vocab * logit_bytes
-    return {"blocks": blocks / GB, "logits": logits / GB, "total": (blocks + logits) / GB}
+    if mode == "full":
+        kept = tokens * layers * dtype_bytes * shape.arch.hidden
+        transient = max(logits, tokens * per_layer)
+    elif mode == "selective":
+        kept_per_layer = activation_bytes_per_token_per_layer(shape, dtype_bytes=dtype_bytes,
+                                                              checkpointing="selective")
+        kept = tokens * layers * kept_per_layer
+        transient = max(logits, tokens * (per_layer - kept_per_layer))
+    else:
+        kept, transient = tokens * layers * per_layer, logits
+    backward = (kept if mode != "none" else 0.0) + tokens * per_layer  # one block's backward live
+    return {"blocks": kept / GB, "logits": logits / GB, "total": (kept + transient) / GB,
+            "backward": backward / GB}
 
 
 def estimate_memory(model_size: float | int | str | ModelShape, gpu_count: int = 1, *,
                     sharding: str = "zero3", micro_batch: int | None = None,
-                    seq_len: int | None = None, activation_checkpointing: bool = False,
+                    seq_len: int | None = None, activation_checkpointing: bool | str = False,
                     grad_accum: int = 1, reshard_after_forward: bool = True,
                     reduce_scatter_every_micro_step: bool = False, reduce_dtype_bytes: int = 4,
-                    gpu: str | GpuSpec = "H100-80GB") -> dict[str, float]:
+                    gpu: str | GpuSpec = "H100-80GB", attention: str = "sdpa",
+                    method: str = "analytic", memory_scale: float = 1.0) -> dict[str, float]:
     """Peak memory per GPU, GB (1e9 bytes), by part.
 
     Args:
@@ -142,7 +208,8 @@ def estimate_memory(model_size: float | int | str | ModelShape, gpu_count: int =
         micro_batch: sequences per GPU per forward; activations are 0 unless it and
             ``seq_len`` are given.
         seq_len: tokens per sequence.
-        activation_checkpointing: full per-block recomputation.
+        activation_checkpointing: ``False``/``"none"``, ``True``/``"full"`` (per-block
+            recomputation) or ``"selective"`` (keep matmul outputs, recompute the rest).
         grad_accum: micro-batches per optimizer step.
         reshard_after_forward: FSDP2's option (zero3 only): False keeps every block's
             gathered weights from forward to backward (no backward all-gather).
@@ -153,6 +220,14 @@ def estimate_memory(model_size: float | int | str | ModelShape, gpu_count: int =
         reduce_dtype_bytes: bytes of the gradient reduction dtype (fp32 = 4, torchtitan's
             default; the accumulation buffer uses it).
         gpu: GPU name (sets the fixed framework overhead and the compute dtype).
+        attention: ``sdpa`` (flash / memory-efficient: no s x s scores kept) or ``eager``.
+        method: ``analytic`` (the formulas here) or ``trace``: run PyTorch's FSDP2 memory
+            tracker on fake tensors over the trial's real model (needs torch and
+            transformers; zero2/zero3 only; see :mod:`helper.memory_trace`). Both add the same
+            framework and fragmentation allowances.
+        memory_scale: calibrated correction on the per-step memory (activations, gathered
+            blocks, buffers), ``memory_scale`` of a calibration (``tuner distill`` fits it
+            from trials' ``peak_mem_gib``); 1.0 = uncorrected.
 
     Returns:
         ``weights``, ``gradients``, ``optimizer``, ``static`` (their sum), ``activations``,
@@ -171,16 +246,25 @@ def estimate_memory(model_size: float | int | str | ModelShape, gpu_count: int =
     stage = normalize_sharding(sharding)
     if grad_accum < 1:
         raise ValueError(f"grad_accum must be >= 1, got {grad_accum}")
+    mode = normalize_checkpointing(activation_checkpointing)
+    if attention not in ("sdpa", "eager"):
+        raise ValueError(f"attention must be sdpa or eager, got {attention!r}")
+    if method == "trace":
+        return _traced(shape, gpu_count, stage=stage, micro_batch=micro_batch, seq_len=seq_len,
+                       mode=mode, grad_accum=grad_accum, reshard_after_forward=reshard_after_forward,
+                       attention=attention, spec=spec)
+    if method != "analytic":
+        raise ValueError(f"method must be analytic or trace, got {method!r}")
     static = static_memory_gb(shape.n_params, gpu_count, stage)
     p = spec.compute_dtype_bytes
 
-    activations = 0.0
+    activations = activations_bwd = 0.0
     if micro_batch is not None and seq_len is not None:
         if micro_batch < 1 or seq_len < 1:
             raise ValueError(f"micro_batch and seq_len must be >= 1, got {micro_batch}, {seq_len}")
-        activations = activation_memory_gb(shape, micro_batch=micro_batch, seq_len=seq_len,
-                                           activation_checkpointing=activation_checkpointing,
-                                           dtype_bytes=p)["total"]
+        act = activation_memory_gb(shape, micro_batch=micro_batch, seq_len=seq_len,
+                                   activation_checkpointing=mode, dtype_bytes=p, attention=attention)
+        activations, activations_bwd = act["total"], act["backward"]
 
     # Transient unsharded parameters/gradients (FSDP2 all-gathers per block).
     gathered = 0.0
@@ -201,6 +285,25 @@ def estimate_memory(model_size: float | int | str | ModelShape, gpu_count: int =
             and gpu_count > 1:
         accum = shape.n_params * reduce_dtype_bytes / GB
 
+    if activations > 0:
+        # Two moments compete for the peak. At the loss every kept activation is live but the
+        # sharded gradients are not: the trial's zero_grad() frees them (set_to_none) and the
+        # first reduce-scatter of backward allocates them again. Late in backward the
+        # gradients exist and the activations are mostly freed. The FSDP2 tracker sees both.
+        # FSDP2 (zero2/zero3) keeps fp32 sharded gradients: 4 of the 16 B per parameter
+        # (the ZeRO split reports 2 B as gradients and 2 B of fp32 master in optimizer).
+        freed = static["gradients"] * (2.0 if stage in ("zero2", "zero3") else 1.0)
+        if activations_bwd > activations - freed:
+            activations = activations_bwd
+        else:
+            static = {**static, "gradients": 0.0,
+                      "optimizer": static["optimizer"] - (freed - static["gradients"])}
+    return _assemble(static, activations * memory_scale, gathered * memory_scale,
+                     accum * memory_scale, spec)
+
+
+def _assemble(static: dict[str, float], activations: float, gathered: float, accum: float,
+              spec: GpuSpec) -> dict[str, float]:
     dynamic = activations + gathered + accum
     overhead = spec.framework_overhead_gb + FRAGMENTATION_ALLOWANCE * dynamic
     static_total = sum(static.values())
@@ -210,3 +313,31 @@ def estimate_memory(model_size: float | int | str | ModelShape, gpu_count: int =
         "activations": activations, "gathered_params": gathered, "grad_accum_buffer": accum,
         "overhead": overhead, "total": static_total + dynamic + overhead,
     }
+
+
+def _traced(shape: ModelShape, gpu_count: int, *, stage: str, micro_batch: int | None,
+            seq_len: int | None, mode: str, grad_accum: int, reshard_after_forward: bool,
+            attention: str, spec: GpuSpec) -> dict[str, float]:
+    """``estimate_memory(method="trace")``: the tracker's peak, in estimate_memory's parts."""
+    from helper.memory_trace import trace_memory
+
+    if stage not in ("zero2", "zero3"):
+        raise ValueError(f"method='trace' models FSDP2 (zero2, zero3), not {stage}")
+    if shape.arch.family != "llama":
+        raise ValueError(f"method='trace' builds the trial's Hugging Face Llama; {shape.label} is {shape.arch.family}")
+    if mode == "selective":
+        raise ValueError("method='trace' applies the trial's checkpointing: none or full, not selective")
+    if micro_batch is None or seq_len is None:
+        raise ValueError("method='trace' runs a step: give micro_batch and seq_len")
+    peak = trace_memory(shape, gpu_count, micro_batch=micro_batch, seq_len=seq_len,
+                        activation_checkpointing=mode == "full",
+                        reshard_after_forward=reshard_after_forward and stage == "zero3",
+                        attention=attention, grad_accum=grad_accum)
+    part = {k: v / GB for k, v in peak.items()}
+    # The trace holds fp32 sharded params and grads (4 B each) and Adam m, v (8 B): the same
+    # 16 B per parameter as static_memory_gb, split differently; report the traced split.
+    static = {"weights": part.get("Sharded Param", 0.0), "gradients": part.get("Sharded Grad", 0.0),
+              "optimizer": part.get("OptState", 0.0)}
+    gathered = sum(part.get(k, 0.0) for k in ("Unsharded Param", "Unsharded Grad", "All Gather",
+                                                "Reduce Scatter", "Temp", "Buffer", "Inputs"))
+    return _assemble(static, part.get("Activation", 0.0), gathered, 0.0, spec)

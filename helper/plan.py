@@ -103,6 +103,10 @@ def _why_loses(row: dict, win: dict, spec) -> str:
                 f"more than the {row['usable_gb']:.0f} GB an {spec.name} can safely use, so the job would "
                 "stop with an out-of-memory error.")
     slower = 1 - row["tokens_per_sec_per_gpu"] / win["tokens_per_sec_per_gpu"]
+    if slower <= 0:  # the winner is the simplest layout within the margin of the fastest
+        return (f"{name} is predicted {-slower:.0%} faster than {win['layout']}, within the model's margin, so the "
+                f"simpler {win['layout']} is chosen: it needs no extra split of the model to set up, debug or "
+                "tune, and a gain this small is inside the prediction's own error.")
     lead = f"{name} is {slower:.0%} slower than {win['layout']}"
     t, w = row["time"], win["time"]
     if lay.pp > 1 and t["bubble_s"] > 0.02 * t["step_time_s"]:

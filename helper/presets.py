@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ModelArch", "MODEL_PRESETS", "get_preset"]
+__all__ = ["ModelArch", "MODEL_PRESETS", "REFERENCE_ARCHS", "get_preset"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,6 +32,10 @@ class ModelArch:
     """Vocabulary size (embedding and output head are untied, as in Llama 2)."""
     max_seq_len: int
     """Context length the model was trained with."""
+    family: str = "llama"
+    """Block layout: ``llama`` (Hugging Face Llama: fp32-upcast RMSNorm, SwiGLU, untied head)
+    or ``mpt`` (llm-foundry MPT: bf16 LayerNorm, fused Wqkv, GELU MLP, tied embeddings and a
+    learned position embedding of ``max_seq_len`` rows)."""
 
     @property
     def head_dim(self) -> int:
@@ -42,6 +46,9 @@ class ModelArch:
         """Parameter count: embeddings + blocks + final norm + untied output head."""
         kv = self.n_kv_heads * self.head_dim
         attn = self.hidden * (2 * self.hidden + 2 * kv)  # q, o: h*h; k, v: h*kv
+        if self.family == "mpt":  # up, down (no bias); LayerNorm weight only; tied wte + wpe
+            block = attn + 2 * self.hidden * self.intermediate + 2 * self.hidden
+            return (self.vocab + self.max_seq_len) * self.hidden + self.n_layers * block + self.hidden
         mlp = 3 * self.hidden * self.intermediate  # gate, up, down
         norms = 2 * self.hidden
         block = attn + mlp + norms
@@ -68,6 +75,24 @@ MODEL_PRESETS: dict[str, ModelArch] = {
                   intermediate=13824, vocab=32000, max_seq_len=4096),
         ModelArch(name="llama-2-70b", n_layers=80, hidden=8192, n_heads=64, n_kv_heads=8,
                   intermediate=28672, vocab=32000, max_seq_len=4096),
+    )
+}
+
+
+# MosaicML's MPT shapes, for the published llm-foundry benchmarks only (helper/published.py);
+# objectives never builds them. Source: llm-foundry scripts/train/yamls/pretrain/mpt-*.yaml
+# (d_model, n_heads, n_layers, expansion_ratio 4, vocab_size 50368) at commit 8c8dd48f7216.
+# With max_seq_len 2048, n_params matches the benchmark table's NumParams column within 0.1 %.
+REFERENCE_ARCHS: dict[str, ModelArch] = {
+    arch.name: arch
+    for arch in (
+        ModelArch(name=f"mpt-{size}", n_layers=layers, hidden=hidden, n_heads=heads, n_kv_heads=heads,
+                  intermediate=4 * hidden, vocab=50368, max_seq_len=2048, family="mpt")
+        for size, layers, hidden, heads in (("125m", 12, 768, 12), ("350m", 24, 1024, 16),
+                                            ("760m", 24, 1536, 12), ("1b", 24, 2048, 16),
+                                            ("3b", 32, 2560, 20), ("7b", 32, 4096, 32),
+                                            ("13b", 40, 5120, 40), ("30b", 48, 7168, 56),
+                                            ("70b", 80, 8192, 64))
     )
 }
 

@@ -6,13 +6,21 @@ Every row is a figure someone published, with its URL and the table or sentence 
 ``role="validation"`` rows (7B- and 13B-class jobs) are held out and only compared against;
 ``role="reference"`` rows are end-to-end figures (failures, evaluation and checkpointing
 included) shown for context. Fields are measurement dicts for ``fit_calibration`` plus
-``ref``/``figure``/``note``. Data loading is pre-tokenised in all of them (``num_workers=8``,
+``ref``/``figure``/``note`` (and ``peak_mem_gib``/``memory_figure`` where the source
+publishes a peak, ``memory_capacity_gb`` where its GPU's memory differs from helper's GPU).
+Data loading is pre-tokenised in all of them (``num_workers=8``,
 ``data_cost_s_per_example`` negligible); ``gpus_per_node=8`` (DGX/HGX nodes).
 """
 
 from __future__ import annotations
 
-__all__ = ["PUBLISHED", "MOSAIC", "TORCHTITAN", "TORCHTITAN_H100", "FMS_FSDP", "LLAMA2"]
+import dataclasses
+
+from helper.presets import REFERENCE_ARCHS
+from helper.published_mosaic import MOSAIC_ROWS, MOSAIC_TABLE_NAMES, MOSAIC_TABLES
+from helper.sizes import ModelShape
+
+__all__ = ["PUBLISHED", "MOSAIC", "MOSAIC_TABLES", "TORCHTITAN", "TORCHTITAN_H100", "FMS_FSDP", "LLAMA2"]
 
 # Permalinks to the versions read (tables move between versions).
 MOSAIC = ("https://github.com/mosaicml/llm-foundry/blob/061f2c7ce64e655100286584a7629e2a09f827ba/"
@@ -25,66 +33,53 @@ FMS_FSDP = ("https://github.com/foundation-model-stack/fms-fsdp/blob/0d319983c4b
             "README.md")
 LLAMA2 = "https://arxiv.org/abs/2307.09288"
 
-_MOSAIC_COMMON = {"gpus_per_node": 8, "seq_len": 2048, "num_workers": 8, "sharding": "zero3"}
+def _mosaic_row(table: str, model: str, seq: int, gpus: int, mb: int, ga: int, ac: bool,
+                sharding: str, tps: int, n_params: int) -> dict:
+    heading, gpu = MOSAIC_TABLE_NAMES[table]
+    arch = dataclasses.replace(REFERENCE_ARCHS[f"mpt-{model}"], max_seq_len=max(2048, seq))
+    shape = ModelShape(n_params=float(n_params), arch=arch, label=f"mpt-{model}",
+                       note=f"MPT-{model} (llm-foundry yaml shape), NumParams {n_params:,}")
+    role = "validation" if model in _HELD_OUT else "calibration"
+    return {"role": role, "ref": MOSAIC_TABLES, "label": f"MPT-{model}",
+            "figure": f"table '{heading}': {model}, SeqLen {seq}, {gpus} GPUs, MicroBatchSize {mb}, "
+                      f"GradAccum {ga}, Activation Checkpointing {ac}: {tps:,} T/s/GPU",
+            "model_size": shape, "gpu": gpu, "gpu_count": gpus, "gpus_per_node": 8,
+            "seq_len": seq, "micro_batch": mb, "grad_accum": ga, "activation_checkpointing": ac,
+            "num_workers": 8, "sharding": sharding, "reshard_after_forward": sharding == "zero3",
+            # Composer's FSDP (1) reduce-scatters every micro-batch: no unsharded accumulation.
+            "reduce_scatter_every_micro_step": True,
+            "tokens_per_sec_per_gpu": float(tps)}
 
 
-def _mosaic(role: str, table: str, name: str, gpu: str, n_params: int, gpus: int, mb: int,
-            ga: int, ac: bool, tps: float) -> dict:
-    return {**_MOSAIC_COMMON, "role": role, "ref": MOSAIC, "label": f"MPT-{name}",
-            "figure": f"table '{table}': {name}, SeqLen 2048, {gpus} GPUs, MicroBatchSize {mb}, "
-                      f"GradAccum {ga}, Activation Checkpointing {ac}: {tps:,.0f} T/s/GPU",
-            "model_size": n_params, "gpu": gpu, "gpu_count": gpus, "micro_batch": mb,
-            "grad_accum": ga, "activation_checkpointing": ac, "tokens_per_sec_per_gpu": tps}
-
-
-_H100 = "H100 80GB BF16"
-_A80 = "A100 80GB with 1600 Gbps node-node interconnect (RoCE)"
-_A40 = "A100 40GB with 1600 Gbps node-node interconnect (RoCE)"
+_HELD_OUT = ("7b", "13b")
+"""MPT sizes never fitted to: every 7B and 13B row is held out (with the Llama rows below)."""
 
 PUBLISHED: list[dict] = [
-    # --- calibration set: MosaicML llm-foundry MPT benchmarks, sizes other than 7B/13B ----
-    _mosaic("calibration", _H100, "1b", "H100-80GB", 1315950592, 8, 14, 1, False, 45455),
-    _mosaic("calibration", _H100, "1b", "H100-80GB", 1315950592, 64, 20, 1, False, 44402),
-    _mosaic("calibration", _H100, "3b", "H100-80GB", 2651837440, 16, 10, 3, False, 24142),
-    _mosaic("calibration", _H100, "3b", "H100-80GB", 2651837440, 32, 6, 3, False, 23021),
-    _mosaic("calibration", _H100, "30b", "H100-80GB", 29975214080, 8, 3, 21, True, 2002),
-    _mosaic("calibration", _H100, "30b", "H100-80GB", 29975214080, 32, 14, 3, True, 2308),
-    _mosaic("calibration", _H100, "70b", "H100-80GB", 64862437376, 32, 2, 16, True, 882),
-    _mosaic("calibration", _H100, "70b", "H100-80GB", 64862437376, 64, 8, 4, True, 1039),
-    _mosaic("calibration", _A80, "1b", "A100-80GB", 1315950592, 8, 14, 4, False, 20513),
-    _mosaic("calibration", _A80, "3b", "A100-80GB", 2651837440, 8, 10, 2, False, 10811),
-    _mosaic("calibration", _A80, "30b", "A100-80GB", 29975214080, 8, 3, 21, True, 916),
-    _mosaic("calibration", _A80, "70b", "A100-80GB", 64862437376, 32, 2, 16, True, 373),
-    _mosaic("calibration", _A80, "70b", "A100-80GB", 64862437376, 64, 8, 4, True, 410),
-    _mosaic("calibration", _A40, "3b", "A100-40GB", 2651837440, 64, 6, 1, False, 9736),
-    _mosaic("calibration", _A40, "30b", "A100-40GB", 29975214080, 32, 4, 1, True, 857),
-    _mosaic("calibration", _A40, "70b", "A100-40GB", 64862437376, 128, 4, 1, True, 376),
+    # --- MosaicML llm-foundry MPT: sizes other than 7B/13B calibrate, 7B/13B are held out ----
+    *(_mosaic_row(*r) for r in MOSAIC_ROWS),
     # --- validation set (held out): 7B- and 13B-class jobs --------------------------------
-    _mosaic("validation", _H100, "7b", "H100-80GB", 6658859008, 8, 6, 1, False, 10643),
-    _mosaic("validation", _H100, "13b", "H100-80GB", 12853954560, 8, 2, 1, False, 4792),
-    _mosaic("validation", _H100, "13b", "H100-80GB", 12853954560, 32, 2, 1, False, 4811),
-    _mosaic("validation", _A80, "7b", "A100-80GB", 6658859008, 8, 6, 2, False, 4641),
-    _mosaic("validation", _A80, "13b", "A100-80GB", 12853954560, 8, 2, 3, False, 2262),
-    _mosaic("validation", _A40, "7b", "A100-40GB", 6658859008, 32, 18, 1, True, 3725),
-    _mosaic("validation", _A40, "13b", "A100-40GB", 12853954560, 32, 14, 1, True, 1998),
     {"role": "validation", "ref": TORCHTITAN_H100, "label": "Llama 3.1 8B (torchtitan)",
      "figure": "Table 1, 1D FSDP, Llama 3.1 8B, 8 GPUs, local batch 2, selective AC: FSDP 5,762 TPS/GPU",
      "note": "H100 SXM with 96 GB HBM2e at a 500 W power limit (Grand Teton), not the 700 W "
              "80 GB part: its footnote puts the real peak between SXM (989) and NVL (835 TFLOP/s); "
-             "selective AC recomputes little and is modelled as no checkpointing",
+             "selective (op) AC modelled as helper's selective mode",
      "preset": "llama-3-8b", "gpu": "H100-80GB", "gpu_count": 8, "gpus_per_node": 8,
-     "seq_len": 8192, "micro_batch": 2, "grad_accum": 1, "activation_checkpointing": False,
-     "num_workers": 8, "tokens_per_sec_per_gpu": 5762},
+     "seq_len": 8192, "micro_batch": 2, "grad_accum": 1, "activation_checkpointing": "selective",
+     "num_workers": 8, "tokens_per_sec_per_gpu": 5762,
+     "peak_mem_gib": 82.4, "memory_figure": "Table 1, FSDP: Memory(GiB) 82.4 (96 GB H100)",
+     "memory_capacity_gb": 96 * 2**30 / 1e9},
     {"role": "validation", "ref": TORCHTITAN_H100, "label": "Llama 3.1 8B (torchtitan)",
      "figure": "Table 3, 1D FSDP, Llama 3.1 8B, 128 GPUs, local batch 2, selective AC: FSDP 5,605 TPS/GPU",
      "note": "as above (500 W H100, selective AC)",
      "preset": "llama-3-8b", "gpu": "H100-80GB", "gpu_count": 128, "gpus_per_node": 8,
-     "seq_len": 8192, "micro_batch": 2, "grad_accum": 1, "activation_checkpointing": False,
-     "num_workers": 8, "tokens_per_sec_per_gpu": 5605},
+     "seq_len": 8192, "micro_batch": 2, "grad_accum": 1, "activation_checkpointing": "selective",
+     "num_workers": 8, "tokens_per_sec_per_gpu": 5605,
+     "peak_mem_gib": 67.0, "memory_figure": "Table 3, FSDP: Memory(GiB) 67.0 (96 GB H100)",
+     "memory_capacity_gb": 96 * 2**30 / 1e9},
     {"role": "validation", "ref": TORCHTITAN, "label": "Llama 3 8B (torchtitan)",
      "figure": "Llama 3 performance numbers, FSDP2 on 64 A100 (80GB): 8B, batch 1, selective layer AC: 2904 WPS",
      "preset": "llama-3-8b", "gpu": "A100-80GB", "gpu_count": 64, "gpus_per_node": 8,
-     "seq_len": 8192, "micro_batch": 1, "grad_accum": 1, "activation_checkpointing": False,
+     "seq_len": 8192, "micro_batch": 1, "grad_accum": 1, "activation_checkpointing": "selective",
      "num_workers": 8, "tokens_per_sec_per_gpu": 2904},
     {"role": "validation", "ref": TORCHTITAN, "label": "Llama 2 13B (torchtitan)",
      "figure": "Llama 2 performance numbers, FSDP2 on 64 A100 (80GB): 13B, batch 2, no AC: 2162 WPS",

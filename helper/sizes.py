@@ -14,7 +14,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from helper.presets import MODEL_PRESETS, ModelArch
+from helper.presets import MODEL_PRESETS, REFERENCE_ARCHS, ModelArch
 
 __all__ = ["ModelShape", "parse_model_size", "parse_dataset_size", "scaled_llama_arch",
            "PRESET_MATCH_TOLERANCE"]
@@ -47,19 +47,30 @@ class ModelShape:
 
     @property
     def n_embedding_params(self) -> float:
-        """Input-embedding parameters (excluded from FLOPs: a lookup, not a matmul)."""
+        """Input-embedding parameters (excluded from FLOPs: a lookup, not a matmul).
+
+        MPT ties the token embedding to the output head (a matmul): only its learned
+        position embedding is a pure lookup."""
+        if self.arch.family == "mpt":
+            return float(self.arch.max_seq_len * self.arch.hidden)
         return float(self.arch.vocab * self.arch.hidden)
+
+    @property
+    def _root_params_arch(self) -> float:
+        a = self.arch
+        if a.family == "mpt":
+            return float((a.vocab + a.max_seq_len) * a.hidden + a.hidden)
+        return 2.0 * a.vocab * a.hidden + a.hidden
 
     @property
     def block_params(self) -> float:
         """Parameters of one transformer block (FSDP2 shards and gathers per block)."""
-        root = 2.0 * self.arch.vocab * self.arch.hidden + self.arch.hidden
-        return max(self.n_params - root, 0.0) / self.arch.n_layers
+        return max(self.n_params - self._root_params_arch, 0.0) / self.arch.n_layers
 
     @property
     def root_params(self) -> float:
         """Embedding, final norm and output head: the root FSDP unit."""
-        return min(self.n_params, 2.0 * self.arch.vocab * self.arch.hidden + self.arch.hidden)
+        return min(self.n_params, self._root_params_arch)
 
 
 def _round_to(x: float, multiple: int) -> int:
@@ -121,7 +132,7 @@ def parse_model_size(model_size: float | int | str | ModelShape) -> ModelShape:
         return model_size
     if isinstance(model_size, str):
         key = model_size.strip().lower()
-        for name, arch in MODEL_PRESETS.items():
+        for name, arch in {**MODEL_PRESETS, **REFERENCE_ARCHS}.items():
             if name.lower() == key:
                 return ModelShape(n_params=float(arch.n_params), arch=arch, label=name,
                                   note=f"preset {name} ({arch.n_params / 1e9:.3g}e9 params)")

@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from helper.calibration import _as_calibration, resolve_constants
+from helper.calibration import _as_calibration, extrapolation_note, resolve_constants
 from helper.collectives import UnsupportedCollective
 from helper.gpus import get_gpu
 from helper.memory import estimate_memory, normalize_sharding
@@ -153,6 +153,8 @@ def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: 
         raise ValueError(f"mean_tokens_per_example must be > 0, got {mean_tokens_per_example!r}")
     cal = _as_calibration(calibration)
     constants, source = resolve_constants(cal, spec.name)
+    # Say when the model and GPU count lie outside what the calibration was fitted to (issue 13).
+    source += extrapolation_note(cal, spec.name, n_params=shape.n_params, gpu_count=gpu_count)
     informed = set(cal.get("informed", {}).get(spec.name, []))
     usable_gb = spec.memory_gb * (1 - memory_headroom)
     mean_tokens = min(float(mean_tokens_per_example), float(seq_len))

@@ -37,12 +37,14 @@ from typing import Any
 
 from helper.calibration import resolve_constants
 from helper.collectives import PRIOR_FACTORS, CollectiveChoice, _raw_time_s, choose_collective
+from helper.compute import compute_seconds, flops_per_token, matmul_and_attention_flops
 from helper.gpus import GpuSpec, get_gpu
-from helper.memory import estimate_memory, normalize_sharding
+from helper.memory import estimate_memory, normalize_checkpointing, normalize_sharding
 from helper.sizes import ModelShape, parse_model_size
 
 __all__ = ["Prediction", "StepPlan", "plan_step", "step_time_breakdown", "predict_step_time",
-           "predict_throughput", "flops_per_token", "estimate_padding_efficiency",
+           "predict_throughput", "flops_per_token", "matmul_and_attention_flops", "compute_seconds",
+           "estimate_padding_efficiency",
            "estimate_startup_seconds", "DEFAULT_MEAN_TOKENS_PER_EXAMPLE"]
 
 DEFAULT_MEAN_TOKENS_PER_EXAMPLE = 256
@@ -72,19 +74,6 @@ class Prediction(float):
 
     def __reduce__(self):  # pickles (and deep-copies) as a plain float
         return (float, (float(self),))
-
-
-def flops_per_token(shape: ModelShape, seq_len: int, *, activation_checkpointing: bool = False) -> float:
-    """Training FLOPs per token: 6 N_matmul + 12 L H T (x 4/3 with full checkpointing).
-
-    Example:
-        >>> round(flops_per_token(parse_model_size("llama-2-7b"), 4096) / 1e9, 1)
-        46.1
-    """
-    a = shape.arch
-    matmul_params = max(shape.n_params - shape.n_embedding_params, 0.0)
-    flops = 6.0 * matmul_params + 12.0 * a.n_layers * a.hidden * seq_len
-    return flops * (8.0 / 6.0) if activation_checkpointing else flops
 
 
 def estimate_padding_efficiency(padding: str, *, seq_len: int,
@@ -136,7 +125,15 @@ class StepPlan:
     sharding: str
     """ddp, zero1, zero2, zero3."""
     activation_checkpointing: bool
-    """Full per-block recomputation."""
+    """Any recomputation (``checkpointing`` says which)."""
+    checkpointing: str = "none"
+    """``none``, ``selective`` or ``full``."""
+    attention: str = "sdpa"
+    """``sdpa`` (flash / memory-efficient kernels) or ``eager`` (materialised scores)."""
+    matmul_flops_per_micro_step: float = 0.0
+    """FLOPs of the weight matmuls of one micro-batch on one GPU (recompute included)."""
+    attention_flops_per_micro_step: float = 0.0
+    """FLOPs of the attention scores of one micro-batch (causal half; recompute included)."""
     padding_efficiency: float
     """Non-padding share of the computed tokens."""
     examples_per_sequence: float
@@ -155,12 +152,12 @@ class StepPlan:
 
 def plan_step(model_size: float | int | str | ModelShape, gpu_count: int, *,
               gpu: str | GpuSpec = "H100-80GB", seq_len: int = 2048, micro_batch: int = 1,
-              activation_checkpointing: bool = False, grad_accum: int = 1, gpus_per_node: int = 8,
+              activation_checkpointing: bool | str = False, grad_accum: int = 1, gpus_per_node: int = 8,
               nccl_algo: str | None = "default", nccl_proto: str | None = "default",
               num_workers: int = 2, prefetch_factor: int | None = 2, sharding: str = "zero3",
               padding_efficiency: float = 1.0, examples_per_sequence: float = 1.0,
               reshard_after_forward: bool = True, reduce_scatter_every_micro_step: bool = False,
-              reduce_dtype_bytes: int = 4) -> StepPlan:
+              reduce_dtype_bytes: int = 4, attention: str = "sdpa") -> StepPlan:
     """The calibration-free part of a prediction (see :func:`predict_throughput` for args).
 
     Raises:
@@ -171,6 +168,9 @@ def plan_step(model_size: float | int | str | ModelShape, gpu_count: int, *,
     shape = parse_model_size(model_size)
     spec = get_gpu(gpu)
     stage = normalize_sharding(sharding)
+    mode = normalize_checkpointing(activation_checkpointing)
+    if attention not in ("sdpa", "eager"):
+        raise ValueError(f"attention must be sdpa or eager, got {attention!r}")
     for name, v in (("gpu_count", gpu_count), ("seq_len", seq_len), ("micro_batch", micro_batch),
                     ("grad_accum", grad_accum), ("gpus_per_node", gpus_per_node)):
         if int(v) != v or v < 1:
@@ -210,15 +210,19 @@ def plan_step(model_size: float | int | str | ModelShape, gpu_count: int, *,
         planned.append((coll, float(nbytes), float(count), choice))
 
     local_params = shape.n_params if stage == "ddp" else shape.n_params / n
+    mm, att = matmul_and_attention_flops(shape, seq_len, checkpointing=mode)
+    if attention == "eager":
+        att *= 2.0  # the full s x s product: no causal skipping
     return StepPlan(
         shape=shape, gpu=spec, gpu_count=n, nodes=nodes, gpus_per_node=g, seq_len=seq_len,
         micro_batch=micro_batch, grad_accum=grad_accum, sharding=stage,
-        activation_checkpointing=bool(activation_checkpointing),
+        activation_checkpointing=mode != "none", checkpointing=mode, attention=attention,
+        matmul_flops_per_micro_step=micro_batch * seq_len * mm,
+        attention_flops_per_micro_step=micro_batch * seq_len * att,
         padding_efficiency=float(padding_efficiency),
         examples_per_sequence=float(examples_per_sequence), num_workers=int(num_workers),
         prefetch_factor=prefetch_factor,
-        flops_per_micro_step=micro_batch * seq_len * flops_per_token(
-            shape, seq_len, activation_checkpointing=activation_checkpointing),
+        flops_per_micro_step=micro_batch * seq_len * (mm + att),
         optimizer_bytes=local_params * _ADAM_BYTES_PER_PARAM,
         collectives=tuple(planned))
 
@@ -227,7 +231,8 @@ def step_time_breakdown(plan: StepPlan, constants: dict[str, float]) -> dict[str
     """Seconds per optimizer step by part, and the resulting tokens/s/GPU (pure arithmetic)."""
     c = constants
     spec = plan.gpu
-    compute_s = plan.grad_accum * plan.flops_per_micro_step / (spec.peak_flops * c["compute_efficiency"])
+    matmul_s, attention_s = compute_seconds(plan, c)
+    compute_s = matmul_s + attention_s
     comm_s = 0.0
     if plan.collectives:
         cc = {**PRIOR_FACTORS, **c}
@@ -237,7 +242,8 @@ def step_time_breakdown(plan: StepPlan, constants: dict[str, float]) -> dict[str
     overlap = c["comm_overlap_fraction"]
     exposed_s = max(0.0, comm_s - compute_s) + (1.0 - overlap) * min(comm_s, compute_s)
     optimizer_s = plan.optimizer_bytes / (spec.hbm_gbs * 1e9)
-    overhead_s = plan.grad_accum * c["micro_step_overhead_s"]
+    overhead_s = plan.grad_accum * (c["micro_step_overhead_s"]
+                                    + plan.shape.arch.n_layers * c.get("layer_overhead_s", 0.0))
     busy_s = compute_s + exposed_s + optimizer_s + overhead_s
     examples = plan.micro_batch * plan.grad_accum * plan.examples_per_sequence
     data_cpu_s = examples * c["data_cost_s_per_example"]
@@ -248,7 +254,8 @@ def step_time_breakdown(plan: StepPlan, constants: dict[str, float]) -> dict[str
         stall_s = max(0.0, data_cpu_s / max(workers, 1) - busy_s)
     step_s = busy_s + stall_s
     tokens = plan.micro_batch * plan.seq_len * plan.padding_efficiency * plan.grad_accum
-    return {"compute_s": compute_s, "comm_s": comm_s, "exposed_comm_s": exposed_s,
+    return {"compute_s": compute_s, "matmul_s": matmul_s, "attention_s": attention_s, "comm_s": comm_s,
+            "exposed_comm_s": exposed_s,
             "optimizer_s": optimizer_s, "overhead_s": overhead_s, "data_stall_s": stall_s,
             "data_cpu_s": data_cpu_s, "step_time_s": step_s,
             "tokens_per_step_per_gpu": tokens, "tokens_per_sec_per_gpu": tokens / step_s,
@@ -272,7 +279,8 @@ def predict_step_time(model_size: float | int | str | ModelShape, gpu_count: int
     constants, source = resolve_constants(calibration, plan.gpu.name)
     out: dict[str, Any] = step_time_breakdown(plan, constants)
     mem = estimate_memory(plan.shape, gpu_count, sharding=plan.sharding, micro_batch=plan.micro_batch,
-                          seq_len=plan.seq_len, activation_checkpointing=plan.activation_checkpointing,
+                          seq_len=plan.seq_len, activation_checkpointing=plan.checkpointing,
+                          attention=plan.attention, memory_scale=constants.get("memory_scale", 1.0),
                           grad_accum=plan.grad_accum, gpu=plan.gpu,
                           reshard_after_forward=knobs.get("reshard_after_forward", True),
                           reduce_scatter_every_micro_step=knobs.get("reduce_scatter_every_micro_step", False))
@@ -287,14 +295,15 @@ def predict_step_time(model_size: float | int | str | ModelShape, gpu_count: int
 
 def predict_throughput(model_size: float | int | str | ModelShape, gpu_count: int, *,
                        gpu: str = "H100-80GB", seq_len: int = 2048, micro_batch: int = 1,
-                       activation_checkpointing: bool = False, grad_accum: int = 1,
+                       activation_checkpointing: bool | str = False, grad_accum: int = 1,
                        gpus_per_node: int = 8, nccl_algo: str | None = "default",
                        nccl_proto: str | None = "default", num_workers: int = 2,
                        prefetch_factor: int | None = 2, sharding: str = "zero3",
                        padding_efficiency: float = 1.0, examples_per_sequence: float = 1.0,
                        reshard_after_forward: bool = True,
                        reduce_scatter_every_micro_step: bool = False,
-                       calibration: dict[str, Any] | str | Path | None = None) -> Prediction:
+                       calibration: dict[str, Any] | str | Path | None = None,
+                       attention: str = "sdpa") -> Prediction:
     """Predicted training throughput, non-padding tokens per second per GPU.
 
     Args:
@@ -303,7 +312,9 @@ def predict_throughput(model_size: float | int | str | ModelShape, gpu_count: in
         gpu: ``A100-40GB``, ``A100-80GB``, ``H100-80GB``, ``H200-141GB`` or ``cpu``.
         seq_len: tokens per row.
         micro_batch: rows per GPU per forward/backward.
-        activation_checkpointing: full per-block recomputation (one extra forward).
+        activation_checkpointing: ``False``/``"none"``, ``True``/``"full"`` (per-block
+            recomputation: one extra forward) or ``"selective"`` (recompute the attention
+            core and pointwise ops, keep the matmul outputs).
         grad_accum: micro-batches per optimizer step.
         gpus_per_node: GPUs per node (NVLink inside, network across).
         nccl_algo: NCCL_ALGO value (``default`` = unset): ``Ring``, ``Tree``, ``NVLS``...
@@ -318,6 +329,8 @@ def predict_throughput(model_size: float | int | str | ModelShape, gpu_count: in
         reduce_scatter_every_micro_step: False = FSDP2 no-sync accumulation (reduce-scatter
             on the last micro-batch only).
         calibration: a calibration dict, a JSON path, or None for the shipped default.
+        attention: ``sdpa`` (flash kernels, the trial's default) or ``eager`` (HF's eager
+            path: materialised s x s scores).
 
     Returns:
         A :class:`Prediction` (a float) with ``.source`` (the calibration used) and
@@ -338,7 +351,7 @@ def predict_throughput(model_size: float | int | str | ModelShape, gpu_count: in
         nccl_proto=nccl_proto, num_workers=num_workers, prefetch_factor=prefetch_factor,
         sharding=sharding, padding_efficiency=padding_efficiency,
         examples_per_sequence=examples_per_sequence, reshard_after_forward=reshard_after_forward,
-        reduce_scatter_every_micro_step=reduce_scatter_every_micro_step)
+        reduce_scatter_every_micro_step=reduce_scatter_every_micro_step, attention=attention)
     return Prediction(details["tokens_per_sec_per_gpu"], source=details["source"], details=details)
 
 

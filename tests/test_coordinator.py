@@ -165,11 +165,14 @@ def test_ablation_after_search(tmp_path, storage_url):
     best = max((t for t in search if t.user_attrs["status"] == "ok"), key=lambda t: t.value)
     assert ablation[0].params == best.params and "ablation_knob" not in ablation[0].user_attrs
     base = study.trials[0].params
-    for t in ablation[1:]:
+    # the baseline is re-measured right after the best (run-to-run variation, tuner.ablation)
+    assert ablation[1].params == base and ablation[1].user_attrs["remeasure"] == "baseline"
+    reverts = [t for t in ablation if "ablation_knob" in t.user_attrs]
+    for t in reverts:
         knob = t.user_attrs["ablation_knob"]
         assert t.params[knob] == base[knob]
         assert {k: v for k, v in t.params.items() if k != knob} == {k: v for k, v in best.params.items() if k != knob}
-    assert {t.user_attrs["ablation_knob"] for t in ablation[1:]} == {k for k in base if base[k] != best.params[k]}
+    assert {t.user_attrs["ablation_knob"] for t in reverts} == {k for k in base if base[k] != best.params[k]}
 
 
 def test_plan_ablation_handles_the_conditional_knob(tmp_path):

@@ -113,3 +113,28 @@ def test_distill_errors_name_the_problem(tmp_path):
     with pytest.raises(StudyConflictError, match="no finished trial with status ok"):
         distill(storage, "empty", tmp_path / "x.json")
     assert not (tmp_path / "x.json").exists()
+
+
+def test_distill_reports_leave_one_out_error_and_calibrates_memory_from_peak_mem(tmp_path):
+    url = f"sqlite:///{tmp_path / 'tuner.db'}"
+    study = _make_study(url)
+    # Trials that also recorded peak_mem_gib: memory 1.5x what the model says per step.
+    dists = {k: CategoricalDistribution(v) for k, v in SPACE.items()}
+    for mb in SPACE["micro_batch"]:
+        params = {"micro_batch": mb, "grad_accum": 1, "num_workers": 0, "nccl_algo": "default"}
+        mem = helper.estimate_memory("tiny", 2, micro_batch=mb, seq_len=SPEC["model"]["seq_len"], gpu="cpu")
+        dynamic = mem["total"] - mem["static"] - helper.get_gpu("cpu").framework_overhead_gb
+        measured_gb = mem["static"] + helper.get_gpu("cpu").framework_overhead_gb + 1.5 * dynamic
+        study.add_trial(create_trial(params=params, distributions=dists, value=_truth_tps(params),
+                                     user_attrs={"status": "ok", "world_size": 2,
+                                                 "peak_mem_gib": measured_gb * 1e9 / 2**30}))
+    cal = distill(url, ["q"], tmp_path / "cal.json")
+    q = cal["quality"]
+    assert q["loo_median_abs_pct_error"] is not None and q["loo_to_in_sample_ratio"] > 0
+    assert q["memory"]["cpu"]["n"] == 3
+    assert cal["constants"]["cpu"]["memory_scale"] == pytest.approx(1.5, rel=0.02)
+    # the correction reaches the memory model through the calibration
+    d = helper.predict_step_time("tiny", 2, gpu="cpu", seq_len=SPEC["model"]["seq_len"], micro_batch=2,
+                                 calibration=cal)
+    plain = helper.estimate_memory("tiny", 2, micro_batch=2, seq_len=SPEC["model"]["seq_len"], gpu="cpu")
+    assert d["memory_total_gb"] > plain["total"]

@@ -21,7 +21,7 @@ from helper import (
 )
 from helper.calibration import resolve_constants
 from helper.collectives import CollectiveChoice, choose_collective, collective_time_s
-from helper.throughput import plan_step, step_time_breakdown
+from helper.throughput import compute_seconds, plan_step, step_time_breakdown
 
 H100 = GPUS["H100-80GB"]
 
@@ -168,3 +168,48 @@ def test_bad_arguments_are_value_errors():
     for kw in ({"micro_batch": 0}, {"grad_accum": -1}, {"padding_efficiency": 1.5}, {"num_workers": -1}):
         with pytest.raises(ValueError):
             predict_throughput("7b", 8, **kw)
+
+
+# --- issue 13: attention, size and checkpointing modes -------------------------------------------
+
+def test_attention_runs_at_its_own_efficiency_and_eager_is_slower():
+    d = predict_step_time("7b", 8, seq_len=8192, micro_batch=1)
+    assert d["compute_s"] == pytest.approx(d["matmul_s"] + d["attention_s"]) and d["attention_s"] > 0
+    sdpa = predict_throughput("7b", 8, seq_len=4096, micro_batch=2)
+    eager = predict_throughput("7b", 8, seq_len=4096, micro_batch=2, attention="eager")
+    assert eager < sdpa
+
+
+def test_attention_share_grows_with_sequence_length():
+    shares = []
+    for seq in (1024, 4096, 16384):
+        d = predict_step_time("7b", 8, seq_len=seq, micro_batch=max(1, 16384 // seq))
+        shares.append(d["attention_s"] / d["compute_s"])
+    assert shares[0] < shares[1] < shares[2]
+
+
+def test_selective_checkpointing_costs_less_than_full():
+    kw = dict(seq_len=4096, micro_batch=2)
+    none = predict_throughput("7b", 8, **kw)
+    sel = predict_throughput("7b", 8, activation_checkpointing="selective", **kw)
+    full = predict_throughput("7b", 8, activation_checkpointing=True, **kw)
+    assert full < sel < none
+
+
+def test_wider_models_and_fuller_micro_batches_use_the_tensor_cores_better():
+    consts, _ = resolve_constants(None, "H100-80GB")
+    narrow, wide = plan_step("mpt-125m", 8, micro_batch=8), plan_step("mpt-3b", 8, micro_batch=8)
+    # seconds per matmul FLOP: the narrow model's GEMMs are slower per FLOP
+    per_flop = [compute_seconds(p, consts)[0] / p.matmul_flops_per_micro_step for p in (narrow, wide)]
+    assert per_flop[0] > per_flop[1]
+    small, big = plan_step("7b", 8, micro_batch=1, seq_len=512), plan_step("7b", 8, micro_batch=8, seq_len=512)
+    per_flop = [compute_seconds(p, consts)[0] / p.matmul_flops_per_micro_step for p in (small, big)]
+    assert per_flop[0] > per_flop[1]
+
+
+def test_compute_module_doctests_run():
+    import doctest
+
+    import helper.compute
+    result = doctest.testmod(helper.compute)
+    assert result.failed == 0 and result.attempted > 0

@@ -75,3 +75,23 @@ def test_recipe_fits_the_backend_warns_when_inconclusive_and_names_a_winning_bas
     base_best = {**analysis, "best": {**analysis["best"], "trial": analysis["baseline"]["trial"],
                                       "winners_curse_adjusted": False}}
     assert "the baseline itself" in render_recipe(base_best) and "not re-measured" not in render_recipe(base_best)
+
+
+def test_recipe_shows_the_flaky_faster_config_and_keeps_placebos_out_of_what_matters():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from synthetic_studies import build_study
+
+    from tuner.analysis import analyze_record
+
+    record, _ = build_study("failures", 2, "ar1-0.5")
+    analysis = analyze_record(record, n_boot=40)
+    recipe = render_recipe(analysis, today="2026-01-01")
+    matters = recipe.split("## What matters")[1].split("## Provenance")[0]
+    assert "nccl_proto" not in matters.split("Not distinguishable")[0]        # the placebo knob
+    assert "micro_batch" in matters and "Failure-prone: micro_batch=8" in recipe
+    if analysis["best"]["faster_but_flaky"]:
+        assert "Not recommended although faster" in recipe
+    assert "--micro-batch 8" not in recipe.split("## What it buys")[0]        # not the config to apply

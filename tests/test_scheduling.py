@@ -57,7 +57,10 @@ def common(**kw):
 def test_outcomes():
     ok = outcome(TrialResult(status="ok", step_values=((1, 10.0), (2, 14.0)), message="", peak_mem_gib=None,
                              extra={"mfu": 0.4, "odd": {1, 2}}, **common()))
-    assert (ok.state, ok.value, ok.failed, ok.retry) == ("COMPLETE", 12.0, 0.0, False)
+    # the value is tokens over time: equal tokens per step without seconds -> harmonic mean
+    assert (ok.state, ok.value, ok.failed, ok.retry) == ("COMPLETE", pytest.approx(2 / (1 / 10 + 1 / 14)), 0.0, False)
+    timed = outcome(TrialResult(status="ok", step_values=((1, 10.0), (2, 14.0)), step_seconds=(1.0, 3.0), **common()))
+    assert timed.value == pytest.approx((10.0 * 1 + 14.0 * 3) / 4) and timed.attrs["step_seconds"] == [1.0, 3.0]
     assert ok.attrs["gpu_seconds"] == 8.0 and "peak_mem_gib" not in ok.attrs and "message" not in ok.attrs
     assert ok.attrs["mfu"] == 0.4 and ok.attrs["odd"] == "{1, 2}"           # JSON-ready
     oom = outcome(TrialResult(status="oom", message="out of memory", **common()))

@@ -1,8 +1,11 @@
-"""Ablation planning: after the search, re-measure the best config and its one-knob reverts.
+"""Ablation planning: after the search, re-measure the top configs and the best's one-knob reverts.
 
-Each run sets one knob of the best config back to the baseline's value, so the report can
-say what each knob is worth, and the best config is measured again (the winner's curse).
-The runs are enqueued once per study, as WAITING trials with user attr ``role = ablation``.
+Each revert sets one knob of the best config back to the baseline's value, so the report can
+say what each knob is worth. The best config, the baseline and the next ``N_CANDIDATES``
+configs are measured again in fresh launches (the winner's curse; run-to-run variation,
+tuner.configs), interleaved with the reverts so that drift over the ablation hits them
+alike. The runs are enqueued once per study, as WAITING trials with user attr
+``role = ablation`` (re-measurements also carry ``remeasure = best|baseline|candidate``).
 
 Example:
     >>> from tuner.spec import parse_spec
@@ -27,7 +30,50 @@ from optuna.trial import TrialState
 from tuner import knobs
 from tuner.spec import StudySpec
 
-__all__ = ["plan_ablation", "plan_ablation_once"]
+__all__ = ["plan_ablation", "plan_ablation_once", "plan_runs", "shortlist", "N_CANDIDATES"]
+
+N_CANDIDATES = 2
+"""Configs after the best that are re-measured too (the best may not stay best)."""
+
+
+def shortlist(trials: Sequence[Any], knobs: Sequence[str]) -> list[dict[str, Any]]:
+    """Distinct configs of ok search trials (TrialRecords), fastest first, leaving out those
+    the study's failure model calls flaky (tuner.failures): the best to ablate and the
+    candidates to re-measure."""
+    from tuner.failures import config_failure, config_key, failure_model, level_failures
+
+    levels = level_failures(trials, knobs)
+    model = failure_model(trials, knobs)
+    out, seen = [], set()
+    for t in sorted((t for t in trials if t.status == "ok" and t.role != "ablation" and t.value),
+                    key=lambda t: -t.value):
+        key = config_key(t.params)
+        if key not in seen and not config_failure(t.params, trials, levels, model)["flaky"]:
+            out.append(t.params)
+        seen.add(key)
+    return out
+
+
+def plan_runs(reverts: list[tuple[str | None, dict[str, Any]]], baseline: dict[str, Any],
+              candidates: Sequence[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(params, extra user attrs) of every ablation run, interleaved: best, baseline, then
+    each candidate followed by a revert, then the remaining reverts, then best and baseline again.
+
+    Example:
+        >>> runs = plan_runs([(None, {"a": 2}), ("a", {"a": 1})], {"a": 1}, [{"a": 3}])
+        >>> [(p["a"], e.get("remeasure") or e.get("ablation_knob")) for p, e in runs]
+        [(2, 'best'), (1, 'baseline'), (3, 'candidate'), (1, 'a'), (2, 'best'), (1, 'baseline')]
+    """
+    best = reverts[0][1]
+    knob_runs = [(dict(p), {"ablation_knob": k}) for k, p in reverts[1:]]
+    first = [(dict(best), {"remeasure": "best"}), (dict(baseline), {"remeasure": "baseline"})]
+    mixed: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    for i, cand in enumerate(candidates):
+        mixed.append((dict(cand), {"remeasure": "candidate"}))
+        if i < len(knob_runs):
+            mixed.append(knob_runs[i])
+    mixed += knob_runs[len(candidates):]
+    return first + mixed + first
 
 
 def plan_ablation(spec: StudySpec, best_params: dict[str, Any], baseline: dict[str, Any],
@@ -60,7 +106,8 @@ def plan_ablation(spec: StudySpec, best_params: dict[str, Any], baseline: dict[s
 def plan_ablation_once(study: optuna.Study, spec: StudySpec, trials: Sequence[optuna.trial.FrozenTrial]) -> bool:
     """Enqueue the ablation runs (once per study). False when there is nothing to ablate:
     no ok baseline, or no ok search trial."""
-    from tuner.analysis import fanova_importance
+    from tuner.failures import config_key
+    from tuner.importance import knob_importance
     from tuner.record import study_record
 
     if study.user_attrs.get("ablation_planned"):
@@ -72,13 +119,15 @@ def plan_ablation_once(study: optuna.Study, spec: StudySpec, trials: Sequence[op
           and t.user_attrs.get("role") != "ablation"]
     if base is None or not ok:
         return False
-    best = max(ok, key=lambda t: t.value)
-    search = [r for r in study_record(study).trials if r.role is None]
-    order = [d["knob"] for d in fanova_importance(search, spec.knob_names, n_boot=0)
-             if d["fanova"] is not None]
-    for knob, params in plan_ablation(spec, best.params, base.params, order):
-        attrs = {"role": "ablation", "ablation_of": best.number}
-        if knob is not None:
-            attrs["ablation_knob"] = knob
-        study.enqueue_trial(params, user_attrs=attrs, skip_if_exists=False)
+    records = study_record(study).trials
+    reliable = shortlist(records, spec.knob_names) or [max(ok, key=lambda t: t.value).params]
+    best_params = reliable[0]
+    best = next(t for t in ok if config_key(t.params) == config_key(best_params))
+    order = [d["knob"] for d in knob_importance([r for r in records if r.role != "ablation"], spec.knob_names,
+                                                n_boot=0)["knobs"] if d["total"] is not None]
+    candidates = [p for p in reliable[1:] if config_key(p) != config_key(base.params)][:N_CANDIDATES]
+    reverts = plan_ablation(spec, best_params, base.params, order)
+    for params, extra in plan_runs(reverts, base.params, candidates):
+        study.enqueue_trial(params, user_attrs={"role": "ablation", "ablation_of": best.number, **extra},
+                            skip_if_exists=False)
     return True

@@ -1,34 +1,30 @@
 """Statistics of a finished study: pure functions, plain data in, numbers out.
 
-How each number is made (and why):
+What each number is and how it is made (docs/statistics.md has the details, references and
+the coverage measured on studies with known truth):
 
-- **Per-trial CI of tokens/s/GPU.** Step values are autocorrelated (data-loader hiccups,
-  communication contention), so an i.i.d. interval is too narrow (about 70% coverage for
-  AR(1) with phi = 0.5, tests/test_analysis.py). We use non-overlapping batch means with a
-  t-quantile (Law & Kelton, *Simulation Modeling and Analysis*, 5th ed., sec. 9.5.3): about
-  sqrt(n) batches of sqrt(n) steps, the interval of tuner.measurement that adaptive
-  measurement stops on; batch means of consecutive steps are close to independent.
-  bench/ci_coverage.py measures its coverage (docs/benchmarks.md).
-- **Speedup vs baseline.** Ratio of the two means; its CI by the delta method on the log
-  ratio with each mean's batch-means standard error, Welch-Satterthwaite degrees of freedom.
-- **Winner's curse.** The largest of many noisy means is biased upward. When the study ran
-  its ablation, the best config was measured again after the search, and that independent
-  re-measurement (not the search trial that won) gives the best's throughput and speedup.
-- **Importance.** fANOVA (Hutter et al., ICML 2014; `optuna.importance.
-  FanovaImportanceEvaluator`, not Optuna 5's PedANOVA default) over `ok` trials only, with a
-  CI per knob from a bootstrap over trials. fANOVA silently drops a parameter missing from
-  any trial, so every knob is rebuilt as a categorical over its observed levels plus
-  `n/a` where it does not apply (`prefetch_factor` when `num_workers = 0`): a conditional
-  knob is then judged on what it does where it exists, and its absence is a level.
-- **Marginal effects** per knob level: mean over ok trials with a t-interval across trials,
-  and failures per level.
+- **A trial's throughput** is tokens over time (sum of tokens / sum of seconds of its
+  measured steps), with a CI from a noise model pooled over the study's trials
+  (tuner.trial_ci: REML AR(1), moderated variance, MSER warm-up truncation), its effective
+  sample size and any warm-up it dropped.
+- **A config's throughput** pools its runs; its CI includes run-to-run variation, estimated
+  from the configs the study ran more than once (tuner.configs).
+- **The recommendation** is chosen on re-measurements (the winner's curse) among configs that
+  do not fail often (tuner.failures); a faster but flaky config is shown beside it
+  (tuner.recommend). Its speedup over the baseline config has a CI with run-to-run variation.
+- **Importance**: total- and first-order indices on a second-order surrogate over ok trials,
+  conditional knobs within their parent's branch, against a placebo knob; BCa bootstrap
+  (tuner.importance). The ``fanova`` key of analysis.json holds the total-order index.
+- **Ablation**: each knob's re-measured worth, Holm-corrected (tuner.recommend).
+- **Marginal effects** per knob level are *survivor means*: means over the trials that
+  finished ok. A level whose fast configs ran out of memory looks slower than it is; the
+  failure rate beside each level (exact binomial CI) says how much that matters.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import warnings
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,11 +34,15 @@ import numpy as np
 from scipy import stats
 
 from tuner.budget import charged_gpu_seconds
+from tuner.failures import FAILURE_STATUSES, level_failures
+from tuner.importance import N_BOOT, knob_importance
 from tuner.measurement import batch_means_ci
+from tuner.recommend import ablation_effects, recommend, run_groups, what_matters
 from tuner.record import StudyRecord, TrialRecord, study_record
+from tuner.trial_ci import study_noise, trial_ci
 
 __all__ = [
-    "mean_ci", "ratio_ci", "fanova_importance", "marginal_effects", "ablation_effects",
+    "mean_ci", "ratio_ci", "importance_list", "marginal_effects", "trial_cis",
     "analyze_record", "analyze_study", "write_analysis", "format_summary", "startup_share", "NA_LEVEL",
 ]
 
@@ -53,10 +53,9 @@ CONFIDENCE = 0.95
 # ------------------------------------------------------------------------ per-trial CI
 
 def mean_ci(values: Sequence[float]) -> dict[str, Any] | None:
-    """{"mean", "ci95": [lo, hi], "se", "df"} of a step series; None if < 4 steps.
-
-    The batch-means interval of tuner.measurement, the same one adaptive measurement stops on.
-    """
+    """{"mean", "ci95": [lo, hi], "se", "df"} of one step series alone (batch means, the
+    interval adaptive measurement stops on); None if < 4 steps. analyze_record uses the
+    pooled tuner.trial_ci instead."""
     ci = batch_means_ci(values)
     if ci is None:
         return None
@@ -64,7 +63,8 @@ def mean_ci(values: Sequence[float]) -> dict[str, Any] | None:
 
 
 def ratio_ci(num: dict[str, Any] | None, den: dict[str, Any] | None) -> dict[str, Any] | None:
-    """CI of num.mean / den.mean: delta method on the log ratio, Welch-Satterthwaite df."""
+    """CI of num.mean / den.mean: delta method on the log ratio, Welch-Satterthwaite df
+    (two single runs; no run-to-run variation: tuner.configs has the config-level one)."""
     if not num or not den or num["mean"] <= 0 or den["mean"] <= 0:
         return None
     r_num, r_den = num["se"] / num["mean"], den["se"] / den["mean"]
@@ -77,65 +77,44 @@ def ratio_ci(num: dict[str, Any] | None, den: dict[str, Any] | None) -> dict[str
     return {"mean": ratio, "ci95": [ratio * math.exp(-half), ratio * math.exp(half)]}
 
 
+def trial_cis(trials: Sequence[TrialRecord]) -> tuple[dict[int, dict[str, Any]], Any]:
+    """Every ok trial's tokens-over-time CI (TrialCI.as_dict) under the study's pooled noise
+    model, and that model."""
+    ok = [t for t in trials if t.status == "ok" and len(t.steps) >= 2]
+    noise = study_noise([t.steps for t in ok], [t.step_seconds or None for t in ok])
+    out = {}
+    for t in ok:
+        ci = trial_ci(t.steps, t.step_seconds or None, noise=noise)
+        if ci is not None:
+            out[t.number] = ci.as_dict()
+    return out, noise
+
+
 def _public(ci: dict[str, Any] | None) -> dict[str, Any] | None:
     return None if ci is None else {"mean": ci["mean"], "ci95": ci["ci95"]}
 
-
-# --------------------------------------------------------------------------- importance
 
 def _level(value: Any) -> str:
     return NA_LEVEL if value is None else json.dumps(value)
 
 
-def fanova_importance(trials: Sequence[TrialRecord], knobs: Sequence[str], *, n_boot: int = 30,
-                      seed: int = 0, n_trees: int = 32) -> list[dict[str, Any]]:
-    """[{knob, fanova, ci95}] sorted largest first, over ok trials (see the module doc).
+# --------------------------------------------------------------------------- importance
 
-    ``n_boot=0`` gives the point estimates only (``ci95`` None), as the coordinator uses to
-    order its ablation runs.
-    """
-    import optuna
-    from optuna.distributions import CategoricalDistribution
-    from optuna.importance import FanovaImportanceEvaluator
-
-    ok = [t for t in trials if t.status == "ok" and t.value is not None]
-    knobs = [k for k in knobs if len({_level(t.params.get(k)) for t in ok}) > 1]
-    if len(ok) < 4 or not knobs:
-        return [{"knob": k, "fanova": None, "ci95": None} for k in knobs]
-    dists = {k: CategoricalDistribution(sorted({_level(t.params.get(k)) for t in ok})) for k in knobs}
-
-    def importances(sample: Sequence[TrialRecord], s: int) -> dict[str, float]:
-        study = optuna.create_study(direction="maximize")
-        study.add_trials([optuna.trial.create_trial(
-            params={k: _level(t.params.get(k)) for k in knobs}, distributions=dists, value=t.value)
-            for t in sample])
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            try:
-                return optuna.importance.get_param_importances(
-                    study, evaluator=FanovaImportanceEvaluator(n_trees=n_trees, seed=s), normalize=True)
-            except (RuntimeError, ValueError):  # a resample where every value is the same
-                return {k: 0.0 for k in knobs}
-
-    point = importances(ok, seed)
-    rng = np.random.default_rng(seed)
-    boots = defaultdict(list)
-    for b in range(n_boot):
-        sample = [ok[i] for i in rng.integers(0, len(ok), len(ok))]
-        imp = importances(sample, seed + 1 + b)
-        for k in knobs:
-            boots[k].append(imp.get(k, 0.0))
-    out = [{"knob": k, "fanova": float(point.get(k, 0.0)),
-            "ci95": ([float(np.percentile(boots[k], 2.5)), float(np.percentile(boots[k], 97.5))]
-                     if n_boot > 0 else None)}
-           for k in knobs]
-    return sorted(out, key=lambda d: -d["fanova"])
+def importance_list(trials: Sequence[TrialRecord], knobs: Sequence[str], *, n_boot: int = N_BOOT,
+                    seed: int = 0) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """(analysis.json's ``importance`` list, the model's summary); see tuner.importance."""
+    res = knob_importance(trials, knobs, n_boot=n_boot, seed=seed)
+    rows = [{"knob": d["knob"], "fanova": d["total"], "ci95": d["total_ci95"], **d} for d in res["knobs"]]
+    meta = {k: v for k, v in res.items() if k != "knobs"}
+    return rows, meta
 
 
 # ----------------------------------------------------------------- marginal effects
 
-def marginal_effects(trials: Sequence[TrialRecord], knobs: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
-    """Per knob, per level: ok-trial mean with a t-interval across trials, and failures."""
+def marginal_effects(trials: Sequence[TrialRecord], knobs: Sequence[str],
+                     failure_rates: dict[str, dict[str, dict[str, Any]]] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Per knob, per level: the survivor mean (ok trials only) with a t-interval across
+    trials, failures, and the level's failure rate with an exact binomial CI."""
     finished = [t for t in trials if t.state == "COMPLETE" and t.role != "ablation"]
     out: dict[str, list[dict[str, Any]]] = {}
     for k in knobs:
@@ -143,9 +122,9 @@ def marginal_effects(trials: Sequence[TrialRecord], knobs: Sequence[str]) -> dic
         for level in sorted({_level(t.params.get(k)) for t in finished}):
             at = [t for t in finished if _level(t.params.get(k)) == level]
             values = [t.value for t in at if t.status == "ok"]
-            failures = defaultdict(int)
+            failures = defaultdict(int)   # failures of the config only: pruned/skipped/... are not
             for t in at:
-                if t.status != "ok":
+                if t.status in FAILURE_STATUSES:
                     failures[t.status] += 1
             ci = None
             if len(values) >= 2:
@@ -154,38 +133,13 @@ def marginal_effects(trials: Sequence[TrialRecord], knobs: Sequence[str]) -> dic
                 ci = [m - half, m + half]
             rows.append({"level": level, "n_trials": len(at), "n_ok": len(values),
                          "mean": float(np.mean(values)) if values else None, "ci95": ci,
+                         "kind": "survivor_mean",
                          "failures": dict(failures),
+                         "failure_rate": ((failure_rates or {}).get(k) or {}).get(level),
                          "summary": f"{k}={level}: {sum(failures.values())} of {len(at)} failed"
                                     + (f" ({', '.join(f'{v} {s}' for s, v in failures.items())})" if failures else "")})
         out[k] = rows
     return out
-
-
-# ------------------------------------------------------------------------- ablation
-
-def ablation_effects(trials: Sequence[TrialRecord], baseline_params: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Each knob's impact: re-measured best / best-with-that-knob-at-baseline - 1, with CI."""
-    abl = [t for t in trials if t.role == "ablation" and t.status == "ok"]
-    best = next((t for t in abl if t.ablation_knob is None), None)
-    if best is None:
-        return None
-    best_ci = mean_ci(best.steps)
-    effects = []
-    for t in abl:
-        if t.ablation_knob is None:
-            continue
-        r = ratio_ci(best_ci, mean_ci(t.steps))
-        if r is None:
-            continue
-        knob = t.ablation_knob
-        effects.append({"knob": knob, "best_value": best.params.get(knob),
-                        "baseline_value": (baseline_params or {}).get(knob, t.params.get(knob)),
-                        "impact": r["mean"] - 1, "ci95": [r["ci95"][0] - 1, r["ci95"][1] - 1],
-                        "trial": t.number})
-    failed = [{"knob": t.ablation_knob, "status": t.status, "trial": t.number}
-              for t in trials if t.role == "ablation" and t.state == "COMPLETE" and t.status != "ok"]
-    return {"best_remeasured": {"trial": best.number, "tokens_per_sec_per_gpu": _public(best_ci)},
-            "knobs": sorted(effects, key=lambda e: -e["impact"]), "failed": failed}
 
 
 # ------------------------------------------------------------------ start-up share
@@ -208,7 +162,7 @@ def startup_share(trials: Sequence[TrialRecord]) -> float | None:
 
 # ------------------------------------------------------------------------- the whole
 
-def analyze_record(record: StudyRecord, *, n_boot: int = 30, seed: int = 0) -> dict[str, Any]:
+def analyze_record(record: StudyRecord, *, n_boot: int = N_BOOT, seed: int = 0) -> dict[str, Any]:
     """analysis.json (INTERFACES.md schema, extended) of a study record."""
     trials = record.trials
     spec = record.attrs.get("spec", {})
@@ -216,32 +170,19 @@ def analyze_record(record: StudyRecord, *, n_boot: int = 30, seed: int = 0) -> d
     # queued runs the spent budget never started (status `skipped`) are not trials that ran
     finished = [t for t in trials if t.state in ("COMPLETE", "FAIL") and t.status != "skipped"]
     ok = [t for t in trials if t.status == "ok"]
-    search_ok = [t for t in ok if t.role != "ablation"]
 
+    cis, noise = trial_cis(trials)
+    tau2, tau_df = run_groups(trials, cis)
+    levels = level_failures(trials, knobs)
     baseline_t = next((t for t in ok if t.role == "baseline"), None)
+    best = recommend(trials, cis, tau2=tau2, tau_df=tau_df, levels=levels, baseline=baseline_t)
     baseline = None
     if baseline_t is not None:
-        baseline = {"trial": baseline_t.number, "params": baseline_t.params,
-                    "tokens_per_sec_per_gpu": _public(mean_ci(baseline_t.steps))}
-
-    best = None
-    ablation = ablation_effects(trials, baseline_t.params if baseline_t else None)
-    if search_ok:
-        best_t = max(search_ok, key=lambda t: t.value)
-        remeasured = next((t for t in ok if t.role == "ablation" and t.ablation_knob is None
-                           and t.params == best_t.params), None)
-        source = remeasured or best_t
-        best_ci = mean_ci(source.steps)
-        speedup = ratio_ci(best_ci, mean_ci(baseline_t.steps)) if baseline_t else None
-        best = {"trial": best_t.number, "params": best_t.params,
-                "tokens_per_sec_per_gpu": _public(best_ci),
-                "speedup_vs_baseline": _public(speedup),
-                "search_tokens_per_sec_per_gpu": _public(mean_ci(best_t.steps)),
-                "winners_curse_adjusted": remeasured is not None,
-                "measured_by_trial": source.number}
-
-    importance = fanova_importance(ok, knobs, n_boot=n_boot, seed=seed)
-    ranked = [d for d in importance if d["fanova"] is not None]
+        estimate = (best or {}).get("baseline_estimate") or _public(cis.get(baseline_t.number))
+        baseline = {"trial": baseline_t.number, "params": baseline_t.params, "tokens_per_sec_per_gpu": estimate}
+    ablation = ablation_effects(trials, cis, tau2=tau2, tau_df=tau_df,
+                                baseline_params=baseline_t.params if baseline_t else None)
+    importance, importance_model = importance_list(ok, knobs, n_boot=n_boot, seed=seed)
     used = sum(charged_gpu_seconds(t.state, t.gpu_seconds, t.reserved_gpu_seconds) for t in trials)
     return {
         "study": record.name, "simulated": record.simulated,
@@ -250,25 +191,39 @@ def analyze_record(record: StudyRecord, *, n_boot: int = 30, seed: int = 0) -> d
         "n_skipped": sum(t.status == "skipped" for t in trials),
         "budget": {"limit_gpu_hours": record.limit_gpu_seconds / 3600, "used_gpu_hours": used / 3600,
                    "startup_share": startup_share(finished)},
-        "baseline": baseline, "best": best, "importance": importance,
-        "top_knobs": [d["knob"] for d in ranked[:3]],
-        "marginal_effects": marginal_effects(trials, knobs), "ablation": ablation,
+        "baseline": baseline, "best": best, "importance": importance, "importance_model": importance_model,
+        # the ranking's first three; whether each beats the placebo is `importance[i].matters`,
+        # and RECIPE's "What matters" lists only those that do (`what_matters`)
+        "top_knobs": [d["knob"] for d in importance if d["total"] is not None][:3],
+        "what_matters": what_matters(importance, ablation),
+        "failure_rates": levels,
+        "marginal_effects": marginal_effects(trials, knobs, levels), "ablation": ablation,
+        "noise_model": None if noise is None else {
+            "phi": noise.phi, "rel_sd": math.sqrt(noise.rel_var),
+            "df_prior": noise.df_prior if math.isfinite(noise.df_prior) else None,
+            "n_trials": noise.n_trials, "run_to_run_rel_sd": math.sqrt(tau2), "run_to_run_df": tau_df},
         "trials": [{"trial": t.number, "params": t.params, "status": t.status, "role": t.role,
                     "ablation_knob": t.ablation_knob, "gpu_seconds": t.gpu_seconds,
                     "startup_share": startup_share([t]),
                     "message": t.message or None,
-                    "tokens_per_sec_per_gpu": _public(mean_ci(t.steps)) if t.status == "ok" else None}
+                    "tokens_per_sec_per_gpu": _public(cis.get(t.number)) if t.status == "ok" else None,
+                    "n_eff": (cis.get(t.number) or {}).get("n_eff"),
+                    "warmup_steps_dropped": (cis.get(t.number) or {}).get("warmup_steps_dropped")}
                    for t in finished],
         "spec": spec,
-        "method": {"trial_ci": "batch means (~sqrt(n) batches of ~sqrt(n) steps), t-quantile",
-                   "speedup_ci": "delta method on the log ratio, Welch-Satterthwaite df",
-                   "importance": f"fANOVA over ok trials, bootstrap over trials ({n_boot} resamples); "
-                                 "conditional knobs carry an explicit 'n/a' level",
-                   "winners_curse": "best measured again after the search (ablation) when available"},
+        "method": {"trial_ci": "tokens over time (ratio of sums), t-interval with a REML AR(1) noise model pooled "
+                               "over the study's trials, MSER warm-up truncation",
+                   "speedup_ci": "t-interval on the log ratio of config means, run-to-run variation included "
+                                 "(estimated from re-measured configs)",
+                   "importance": importance_model.get("method", "too few ok trials"),
+                   "winners_curse": "best chosen on re-measurements after the search (ablation) when available",
+                   "failures": "oom/timeout/error per run; exact binomial CIs; configs failing >= 25% are not "
+                               "recommended",
+                   "marginal_effects": "survivor means (ok trials only)"},
     }
 
 
-def analyze_study(study, *, n_boot: int = 30, seed: int = 0) -> dict[str, Any]:
+def analyze_study(study, *, n_boot: int = N_BOOT, seed: int = 0) -> dict[str, Any]:
     """analysis.json of an Optuna study (see analyze_record)."""
     return analyze_record(study_record(study), n_boot=n_boot, seed=seed)
 
@@ -309,13 +264,38 @@ def format_summary(analysis: dict[str, Any]) -> str:
             note = " (re-measured)" if best["winners_curse_adjusted"] else " (search trial; not re-measured)"
         lines.append(f"best (trial {best['trial']}){note}: {_fmt_ci(best['tokens_per_sec_per_gpu'])} tokens/s/GPU")
         if best["speedup_vs_baseline"]:
-            lines.append(f"speedup vs baseline: {_fmt_ci(best['speedup_vs_baseline'], fmt='.2f')}x")
-    lines.append("knob importance (fANOVA, 95% CI):")
+            lines.append(f"speedup vs baseline (run-to-run variation included): "
+                         f"{_fmt_ci(best['speedup_vs_baseline'], fmt='.2f')}x")
+        fail = best["failure"]["own"]
+        if fail["runs"]:
+            lines.append(f"  failed {fail['failures']} of its {fail['runs']} runs")
+        flaky = best.get("faster_but_flaky")
+        if flaky:
+            f = flaky["failure"]
+            lines.append(f"faster but flaky (not recommended): trial {flaky['trial']}, "
+                         f"{_fmt_ci(flaky['tokens_per_sec_per_gpu'])} tokens/s/GPU, estimated failure rate "
+                         f"{f['estimate']:.0%}" + (f" ({f['worst_level']['knob']}={f['worst_level']['level']} failed "
+                                                  f"{f['worst_level']['failures']} of {f['worst_level']['runs']})"
+                                                  if f.get("worst_level") else ""))
+    model = analysis.get("importance_model") or {}
+    r2 = model.get("oob_r2")
+    lines.append("knob importance (total-order index, 95% BCa CI; first-order; beats the placebo?)"
+                 + (f", surrogate leave-one-out R^2 {r2:.2f}" if r2 is not None else "") + ":")
     for d in analysis["importance"]:
         ci = d["ci95"]
-        lines.append(f"  {d['knob']:<26} {d['fanova']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else f"  {d['knob']:<26} -")
+        if d["fanova"] is None:
+            lines.append(f"  {d['knob']:<26} -")
+            continue
+        lines.append(f"  {d['knob']:<26} {d['fanova']:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+                     + f"  first-order {d['first_order']:.3f}  {'matters' if d['matters'] else 'not above placebo'}")
+    if model.get("placebo"):
+        p = model["placebo"]
+        lines.append(f"  {p['knob']:<26} {p['total']:.3f}  (a random {p['levels']}-level knob: the null reference)")
     if analysis.get("ablation"):
-        lines.append("ablation (best vs that knob at the baseline's value):")
+        lines.append("ablation (re-measured best vs that knob at the baseline's value; Holm-corrected):")
         for e in analysis["ablation"]["knobs"]:
-            lines.append(f"  {e['knob']}={e['best_value']}: {e['impact']:+.1%} [{e['ci95'][0]:+.1%}, {e['ci95'][1]:+.1%}]")
+            lines.append(f"  {e['knob']}={e['best_value']}: {e['impact']:+.1%} [{e['ci95'][0]:+.1%}, {e['ci95'][1]:+.1%}]"
+                         + ("  significant" if e["significant"] else ""))
+        for f in analysis["ablation"]["failed"]:
+            lines.append(f"  {'re-measurement' if f['remeasure'] else f['knob']}: trial {f['trial']} {f['status']}")
     return "\n".join(lines)

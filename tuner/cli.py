@@ -73,15 +73,19 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--storage", help=_STORAGE_HELP)
     status.add_argument("--study-name", help="one study (default: every study in the storage)")
 
-    analyze = sub.add_parser("analyze", help="per-trial CIs, speedup vs baseline, fANOVA importance -> analysis.json",
-                             description="The statistics of a study: each trial's tokens/s/GPU with a batch-means "
-                                         "CI, the best config and its speedup over the baseline, knob importance "
-                                         "(fANOVA with bootstrap CIs) and the ablation. Writes DIR/analysis.json.")
+    analyze = sub.add_parser("analyze", help="per-trial CIs, speedup vs baseline, knob importance -> analysis.json",
+                             description="The statistics of a study (docs/statistics.md): each trial's tokens over "
+                                         "time with a CI from a noise model pooled over the study's trials, the "
+                                         "recommended config (chosen on re-measurements, not failure-prone) and its "
+                                         "speedup over the baseline, failure rates with exact binomial CIs, knob "
+                                         "importance (total-order indices against a random placebo, BCa bootstrap CIs) "
+                                         "and the Holm-corrected ablation. Writes DIR/analysis.json.")
     analyze.add_argument("--storage", help=_STORAGE_HELP)
     analyze.add_argument("--study-name", required=True)
     analyze.add_argument("--out", required=True, type=Path, help="output folder")
-    analyze.add_argument("--n-boot", type=_number(int, 0), default=30,
-                         help="bootstrap resamples of the importance CIs; 0 for none (default 30)")
+    analyze.add_argument("--n-boot", type=_number(int, 0), default=200,
+                         help="bootstrap resamples of the importance CIs; 0 for none, which also makes \"matters\" "
+                              "a point-estimate call (default 200)")
 
     report = sub.add_parser("report", help="report.html (plots) and RECIPE.md; saves the recipe as the study's dashboard note",
                             description="A one-page RECIPE.md for the team (the settings to apply, what they buy, "

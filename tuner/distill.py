@@ -4,8 +4,10 @@ Every trial with user attr ``status == "ok"`` becomes one measurement: the study
 (``spec.model.preset``, ``spec.model.seq_len``, ``spec.cluster.gpu`` / ``nodes`` /
 ``gpus_per_node``) plus the trial's knob values (params, falling back to the spec's
 ``baseline`` and the model section) and its value, tokens/s/GPU. ``helper.fit_calibration``
-fits them on top of the shipped default calibration; the result is written as JSON for
-``helper.load_calibration`` and ``tuner suggest --calibration``.
+fits them on top of the shipped default calibration (with leave-one-out error next to the
+in-sample error, and the noise estimated from repeated configurations); trials' recorded
+``peak_mem_gib`` set ``memory_scale``, the memory model's correction. The result is written
+as JSON for ``helper.load_calibration`` and ``tuner suggest --calibration``.
 
 Example:
     >>> cal = distill("sqlite:///tuner.db", ["quickstart"], "out/calibration.json")  # doctest: +SKIP
@@ -25,6 +27,7 @@ import optuna
 from optuna.trial import TrialState
 
 from helper import fit_calibration, load_calibration
+from helper.noise import fit_memory_scale
 from tuner import knobs
 from tuner.errors import StudyConflictError
 from tuner.storage import redact_url
@@ -73,7 +76,7 @@ def study_measurements(study: optuna.Study) -> list[dict[str, Any]]:
             m[name] = values[name]
         if "prefetch_factor" in values:
             m["prefetch_factor"] = values["prefetch_factor"]
-        for attr in ("padding_efficiency", "startup_seconds"):
+        for attr in ("padding_efficiency", "startup_seconds", "peak_mem_gib"):
             if isinstance(t.user_attrs.get(attr), (int, float)):
                 m[attr] = float(t.user_attrs[attr])
         out.append(m)
@@ -109,7 +112,13 @@ def distill(storage: str | optuna.storages.BaseStorage, study_names: str | Seque
     now = _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat()
     source = (f"distilled from {len(measurements)} ok trials of {', '.join(names)} ({where}) at {now}"
               + (f"; simulated studies: {', '.join(simulated)}" if simulated else ""))
-    cal = fit_calibration(measurements, base=base if base is not None else load_calibration(), source=source)
+    cal = fit_calibration(measurements, base=base if base is not None else load_calibration(), source=source,
+                          cross_validate=True)
+    memory = fit_memory_scale(measurements)
+    for gpu, fit in memory.items():  # trials' peak_mem_gib -> estimate_memory's correction
+        cal["constants"].setdefault(gpu, {})["memory_scale"] = fit["memory_scale"]
+        cal["informed"][gpu] = sorted(set(cal["informed"].get(gpu, [])) | {"memory_scale"})
+    cal["quality"]["memory"] = memory
     cal["provenance"]["storage"] = where
     cal["provenance"]["simulated_studies"] = simulated
     if simulated:

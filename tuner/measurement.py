@@ -1,8 +1,10 @@
 """The CI of a trial's step series, and adaptive measurement: when a trial has measured enough.
 
-One batch-means interval serves both the statistics stage (``tuner.analysis.mean_ci``) and
-early stopping (:func:`stop_reason`, run inside the trial workload and the sim launcher), so
-the bound that stops a trial is the CI the report shows. Step values are autocorrelated;
+This is the trial's own interval, all a training rank has while it runs: early stopping
+(:func:`stop_reason`, run inside the trial workload and the sim launcher) and the
+coordinator's "clearly worse" bar use it. The report's per-trial CIs are wider-informed:
+``tuner.trial_ci`` pools the noise model over the study's trials (docs/statistics.md), and
+this interval undercovers at strong autocorrelation (bench/ci_coverage.py). Step values are autocorrelated;
 means of batches of consecutive steps are close to independent (Law & Kelton, Simulation
 Modeling and Analysis, ch. 9): ~sqrt(n) batches of ~sqrt(n) steps, a t-quantile with
 batches - 1 degrees of freedom.
@@ -12,6 +14,7 @@ mean, or once the trial is clearly worse than the best so far (its CI upper boun
 best's lower bound), and never before ``min_steps`` measured steps.
 
 Standard library (and scipy, imported when a CI is computed): the workload imports it.
+Never zero-width: the standard error has a floor of ``REL_SE_FLOOR`` of the mean.
 
 Example:
     >>> ci = batch_means_ci([100.0, 102.0, 98.0, 101.0, 99.0, 100.0, 103.0, 97.0])
@@ -29,6 +32,9 @@ __all__ = ["BatchMeansCI", "batch_means_ci", "stop_reason", "MIN_STEPS_FOR_CI"]
 
 MIN_STEPS_FOR_CI = 4
 """Fewer measured steps give no CI."""
+REL_SE_FLOOR = 1e-4
+"""Smallest relative standard error (0.01%, the order of a step timer's resolution relative to
+a step), so no interval is zero-width (tuner.trial_ci uses the same floor)."""
 
 
 @dataclass(frozen=True)
@@ -36,7 +42,7 @@ class BatchMeansCI:
     """A batch-means confidence interval of a step series' mean."""
 
     mean: float
-    """Mean of the steps the batches use (the first ``batches x size``)."""
+    """Mean of all the steps."""
     low: float
     high: float
     se: float
@@ -58,10 +64,12 @@ def batch_means_ci(values: Sequence[float], *, confidence: float = 0.95) -> Batc
         return None
     size = max(1, int(math.sqrt(n)))
     k = n // size
-    batches = [sum(values[i * size:(i + 1) * size]) / size for i in range(k)]
-    mean = sum(values[: k * size]) / (k * size)
-    var = sum((b - mean) ** 2 for b in batches) / (k - 1)
-    se = math.sqrt(var / k)
+    # every step counts: the last batch takes the remainder (n = 7 -> batches of 2, 2, 3)
+    bounds = [i * size for i in range(k)] + [n]
+    batches = [sum(values[a:b]) / (b - a) for a, b in zip(bounds, bounds[1:])]
+    mean = sum(values) / n
+    var = sum((bm - mean) ** 2 for bm in batches) / (k - 1)
+    se = max(math.sqrt(var / k), REL_SE_FLOOR * abs(mean))
     half = float(stats.t.ppf(0.5 + confidence / 2, k - 1)) * se
     return BatchMeansCI(mean=mean, low=mean - half, high=mean + half, se=se, df=k - 1)
 

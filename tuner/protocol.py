@@ -119,6 +119,10 @@ class ResultRecord:
         return tuple((int(s["step"]), float(s["tokens"]) / float(s["seconds"]) / world_size)
                      for s in self.steps)
 
+    def step_seconds(self) -> tuple[float, ...]:
+        """Wall seconds of each measured step (the weights of tokens over time)."""
+        return tuple(float(s["seconds"]) for s in self.steps)
+
 
 def _number_problem(event: Mapping[str, Any], key: str, *, positive: bool) -> str | None:
     value = event.get(key)

@@ -24,6 +24,8 @@ class TrialRecord:
     steps: tuple[float, ...]
     """tokens/s/GPU per measured step, in step order."""
     value: float | None
+    step_seconds: tuple[float, ...] = ()
+    """Wall seconds per measured step (same order as steps); empty where not recorded."""
     role: str | None = None
     ablation_knob: str | None = None
     gpu_seconds: float | None = None
@@ -64,6 +66,13 @@ def trial_status(t: optuna.trial.FrozenTrial) -> str:
     return {"FAIL": "fail", "RUNNING": "running", "WAITING": "waiting"}.get(t.state.name, t.state.name.lower())
 
 
+def _step_seconds(attrs: dict[str, Any], n_steps: int) -> tuple[float, ...]:
+    secs = attrs.get("step_seconds")
+    if not isinstance(secs, list) or len(secs) != n_steps:
+        return ()
+    return tuple(float(s) for s in secs)
+
+
 def study_record(study: optuna.Study) -> StudyRecord:
     trials = []
     for t in study.get_trials(deepcopy=False):
@@ -71,7 +80,8 @@ def study_record(study: optuna.Study) -> StudyRecord:
         trials.append(TrialRecord(
             number=t.number, state=t.state.name, status=trial_status(t), params=dict(t.params),
             steps=tuple(t.intermediate_values[k] for k in sorted(t.intermediate_values)),
-            value=t.value, role=a.get("role"), ablation_knob=a.get("ablation_knob"),
+            value=t.value, role=a.get("role"), step_seconds=_step_seconds(a, len(t.intermediate_values)),
+            ablation_knob=a.get("ablation_knob"),
             gpu_seconds=a.get("gpu_seconds"), reserved_gpu_seconds=a.get("reserved_gpu_seconds"),
             startup_gpu_seconds=(a["startup_seconds"] * a["world_size"]
                                  if a.get("startup_seconds") is not None and a.get("world_size") else None),

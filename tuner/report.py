@@ -77,22 +77,53 @@ def render_recipe(analysis: dict[str, Any], *, planned_tokens: float | None = No
         saved = [hours_base * (1 - 1 / s) for s in (speed["mean"], *speed["ci95"])]
         lines.append(f"- On a planned run of {planned:.3g} tokens on {world} GPU(s): {hours_base:,.1f} GPU-h today, "
                      f"**{saved[0]:,.1f} GPU-h saved** (95% CI {saved[1]:,.1f} to {saved[2]:,.1f})")
+    flaky = best.get("faster_but_flaky")
+    if flaky:
+        f = flaky["failure"]
+        where = (f" ({f['worst_level']['knob']}={f['worst_level']['level']} failed {f['worst_level']['failures']} "
+                 f"of {f['worst_level']['runs']} runs)") if f.get("worst_level") else ""
+        lines.append(f"- Not recommended although faster: trial {flaky['trial']}, {_ci(flaky['tokens_per_sec_per_gpu'])} "
+                     f"tokens/s/GPU, but it fails about {f['estimate']:.0%} of the time{where}: "
+                     f"{json.dumps(flaky['params'])}")
+    own = (best.get("failure") or {}).get("own") or {}
+    if own.get("runs"):
+        lo, hi = own["ci95"]
+        lines.append(f"- Reliability: failed {own['failures']} of its {own['runs']} runs "
+                     f"(95% CI {lo:.0%} to {hi:.0%} of runs)")
+    if not best.get("reliable", True):
+        lines.append("- **Warning: every config that beat the others fails often; this one too.**")
     lines += ["", "## What matters", ""]
-    abl = {e["knob"]: e for e in (analysis.get("ablation") or {}).get("knobs", [])}
     imp = {d["knob"]: d for d in analysis.get("importance", [])}
-    for knob in analysis.get("top_knobs", []):
-        d = imp[knob]
+    for row in analysis.get("what_matters", []):
+        knob = row["knob"]
         meaning = f" ({KNOBS[knob].meaning})" if knob in KNOBS else ""
-        ci = f" (95% CI {d['ci95'][0]:.2f} to {d['ci95'][1]:.2f})" if d.get("ci95") else " (no bootstrap CI)"
-        line = f"1. **{knob} = {params.get(knob, 'n/a')}**{meaning}: fANOVA importance {d['fanova']:.2f}{ci}"
-        if knob in abl:
-            e = abl[knob]
-            line += f"; worth {e['impact']:+.0%} ({e['ci95'][0]:+.0%} to {e['ci95'][1]:+.0%}) over {knob}={e['baseline_value']}"
+        if row["source"] == "ablation":
+            lo, hi = row["ci95"]
+            line = (f"1. **{knob} = {params.get(knob, 'n/a')}**{meaning}: worth {row['impact']:+.1%} "
+                    f"(95% CI {lo:+.1%} to {hi:+.1%}, re-measured, Holm-corrected)")
+        else:
+            ci = f" (95% CI {row['ci95'][0]:.2f} to {row['ci95'][1]:.2f})" if row.get("ci95") else ""
+            line = (f"1. **{knob} = {params.get(knob, 'n/a')}**{meaning}: total importance {row['total']:.2f}{ci}, "
+                    "above a random placebo knob's")
+        if knob in imp and imp[knob].get("interaction", 0) > 0.05:
+            line += f"; much of it through interactions ({imp[knob]['interaction']:.2f} of the variance)"
         lines.append(line)
+    if not analysis.get("what_matters"):
+        lines.append("No knob's effect stands out from the noise and from a random placebo knob.")
+    listed = {r["knob"] for r in analysis.get("what_matters", [])}
+    abl = {e["knob"]: e for e in (analysis.get("ablation") or {}).get("knobs", [])}
     quiet = [d["knob"] for d in analysis.get("importance", [])
-             if d["knob"] not in analysis.get("top_knobs", []) and d.get("ci95") and d["ci95"][0] < 0.02]
+             if d["knob"] not in listed and d.get("matters") is False and d.get("ci95")
+             and not (d["knob"] in abl and abl[d["knob"]].get("significant"))]
+    unconfirmed = [f"{d['knob']} ({abl[d['knob']]['impact']:+.1%}, 95% CI {abl[d['knob']]['ci95'][0]:+.1%} to "
+                   f"{abl[d['knob']]['ci95'][1]:+.1%})" for d in analysis.get("importance", [])
+                   if d.get("matters") and d["knob"] in abl and d["knob"] not in listed]
+    if unconfirmed:
+        lines += ["", "Above the placebo in the search, but the ablation's re-measurement could not confirm it: "
+                      + "; ".join(unconfirmed) + "."]
     if quiet:
-        lines += ["", f"Did not matter here (importance CI reaches ~0): {', '.join(quiet)}."]
+        lines += ["", "Not distinguishable from a random placebo knob here (no evidence they matter; "
+                      f"not proof they do not): {', '.join(quiet)}."]
     # Levels where every trial failed: a rule to follow (a level with a few failures among
     # many ok trials usually failed because of another knob).
     fails = {k: [r["summary"] for r in rows if r["n_ok"] == 0 and r["failures"]]
@@ -100,6 +131,12 @@ def render_recipe(analysis: dict[str, Any], *, planned_tokens: float | None = No
     fail_lines = [s for v in fails.values() for s in v]
     if fail_lines:
         lines += ["", "Avoid: " + "; ".join(fail_lines[:4]) + "."]
+    # Levels failing in a quarter or more of their runs (oom/timeout/error), exact binomial CI
+    risky = [f"{k}={lv} fails {d['failures']} of {d['runs']} runs (95% CI {d['ci95'][0]:.0%} to {d['ci95'][1]:.0%})"
+             for k, by_level in (analysis.get("failure_rates") or {}).items() for lv, d in by_level.items()
+             if d["runs"] >= 4 and d["ci95"][0] >= 0.25]   # surely a quarter or more, not by chance
+    if risky:
+        lines += ["", "Failure-prone: " + "; ".join(risky[:4]) + "."]
     n_fail = analysis.get("n_failed", {})
     lines += ["", "## Provenance", "",
               f"- {'Simulated' if sim else 'Measured'}: study `{analysis['study']}`, {analysis['n_trials']} trials "
@@ -111,8 +148,8 @@ def render_recipe(analysis: dict[str, Any], *, planned_tokens: float | None = No
               f"data: {_data_name(str(data.get('source')))}",
               f"- Cluster: {cluster.get('nodes')} node(s) x {cluster.get('gpus_per_node')} {cluster.get('gpu')}, "
               f"{cluster.get('backend')}, launcher {cluster.get('launcher')}",
-              f"- Statistics: {analysis['method']['trial_ci']}; speedup {analysis['method']['speedup_ci']}; "
-              f"{analysis['method']['winners_curse']}",
+              f"- Statistics (docs/statistics.md): {analysis['method']['trial_ci']}; speedup "
+              f"{analysis['method']['speedup_ci']}; {analysis['method']['winners_curse']}",
               f"- Written {today or _dt.date.today().isoformat()} by `tuner report`."]
     return "\n".join(lines) + "\n"
 
@@ -153,7 +190,7 @@ def _figures(analysis: dict[str, Any]) -> list[tuple[str, Any]]:
                                error_x={"type": "data",
                                         "array": [d["ci95"][1] - d["fanova"] if d["ci95"] else 0 for d in imp],
                                         "arrayminus": [d["fanova"] - d["ci95"][0] if d["ci95"] else 0 for d in imp]}))
-        fig.update_layout(title="Knob importance (fANOVA, 95% bootstrap CI)", yaxis={"autorange": "reversed"})
+        fig.update_layout(title="Knob importance (total-order index, 95% BCa bootstrap CI)", yaxis={"autorange": "reversed"})
         figs.append(("importance", fig))
 
     for knob, rows in (analysis.get("marginal_effects") or {}).items():
@@ -164,7 +201,8 @@ def _figures(analysis: dict[str, Any]) -> list[tuple[str, Any]]:
                                error_y={"type": "data", "array": [(r["ci95"][1] - r["mean"]) if r["ci95"] else 0 for r in rows],
                                         "arrayminus": [(r["mean"] - r["ci95"][0]) if r["ci95"] else 0 for r in rows]},
                                text=[f"{r['n_ok']} ok / {r['n_trials']}" for r in rows]))
-        fig.update_layout(title=f"Marginal effect of {knob}", yaxis_title="tokens/s/GPU (mean of ok trials)", height=320)
+        fig.update_layout(title=f"Marginal effect of {knob} (survivor means)", yaxis_title="tokens/s/GPU (mean of ok trials)",
+                          height=320)
         figs.append((f"marginal-{knob}", fig))
 
     cum, xs_b = [], []
@@ -196,9 +234,9 @@ def render_html(analysis: dict[str, Any], recipe_md: str) -> str:
 <style>body{{font-family:sans-serif;max-width:1100px;margin:auto}} .sim{{color:#b00}} td{{padding:2px 8px}}</style></head>
 <body><h1>tuner report: {html.escape(analysis['study'])}</h1>{sim}
 <h2>How to read this</h2><ul>
-<li>Each trial's throughput is the mean of its measured steps (non-padding tokens/s/GPU); its 95% CI uses batch means, valid when consecutive steps are correlated.</li>
+<li>Each trial's throughput is tokens over time of its measured steps (non-padding tokens/s/GPU); its 95% CI uses a step-noise model (autocorrelation, variance) pooled over the study's trials. On synthetic studies (AR(1) up to phi 0.9, t(3) noise, stragglers, warm-up leaks) these intervals covered the truth at least 90% of the time at 8 steps (docs/statistics.md); on other noise, no such guarantee.</li>
 <li>Winner's curse: the best of many noisy trials is biased upward, so the best config is measured again after the search (ablation) and that re-measurement gives the headline number and speedup{'' if (analysis.get('best') or {}).get('winners_curse_adjusted') else ' (not available in this study: the headline comes from the search trial and may be optimistic)'}.</li>
-<li>Importance is fANOVA over ok trials with a bootstrap CI; a knob that only exists conditionally (prefetch_factor needs num_workers &gt; 0) carries an explicit "n/a" level.</li>
+<li>Importance is the total-order index (interactions included) on a surrogate model over ok trials, with a BCa bootstrap CI; a conditional knob (prefetch_factor needs num_workers &gt; 0) is judged only where it applies; a knob "matters" only when it beats a random placebo knob. Marginal-effect bars are survivor means: the mean of the trials that finished ok at that level.</li>
 <li>Failed trials (oom, timeout, error) are listed below and left out of the throughput statistics.</li></ul>
 {''.join(parts)}
 <h2>Failures</h2><table><tr><th>trial</th><th>status</th><th>params</th><th>reason</th></tr>{rows}</table>

@@ -131,7 +131,8 @@ def outcome(result: TrialResult) -> Outcome:
              "wall_seconds": result.wall_seconds, "world_size": result.world_size,
              "launcher": result.launcher, "peak_mem_gib": result.peak_mem_gib,
              "data_wait_frac": result.data_wait_frac, "startup_seconds": result.startup_seconds,
-             "log_path": result.log_path, "message": result.message}
+             "log_path": result.log_path, "message": result.message,
+             "step_seconds": list(result.step_seconds) or None}  # tokens over time's weights
     for key, value in result.extra.items():
         attrs.setdefault(key, value)
     attrs = {k: _jsonable(v) for k, v in attrs.items() if v is not None and v != ""}

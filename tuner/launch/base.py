@@ -47,6 +47,8 @@ class TrialResult:
     wall_seconds: float
     step_values: tuple[tuple[int, float], ...] = ()
     """(step index, tokens/s/GPU of that measured step), warm-up excluded."""
+    step_seconds: tuple[float, ...] = ()
+    """Wall seconds of each measured step (same order as step_values); empty if unknown."""
     peak_mem_gib: float | None = None
     data_wait_frac: float | None = None
     startup_seconds: float | None = None
@@ -63,10 +65,13 @@ class TrialResult:
 
     @property
     def tokens_per_sec_per_gpu(self) -> float | None:
-        """Mean over measured steps (the trial's value); None unless the trial is `ok`."""
+        """Tokens over time of the measured steps (the trial's value): sum of tokens / sum of
+        seconds (tuner.trial_ci.ratio_of_sums); None unless the trial is `ok`."""
         if self.status != "ok" or not self.step_values:
             return None
-        return sum(v for _, v in self.step_values) / len(self.step_values)
+        rates = [v for _, v in self.step_values]
+        secs = self.step_seconds if len(self.step_seconds) == len(rates) else [1.0 / v for v in rates]
+        return sum(r * s for r, s in zip(rates, secs)) / sum(secs)
 
 
 def wall_limit_s(request: TrialRequest, world_size: int) -> float:

@@ -130,9 +130,10 @@ class SimLauncher(Launcher):
                                    wall_seconds=wall, peak_mem_gib=peak_mem_gib,
                                    message=f"stopped at its budget cap of {cap:.0f} GPU-seconds", **common)
             stopped = "budget_cap"
+        step_seconds = tuple(float(times[i]) for i, _ in values)
         details = prediction.details
         data_wait = details["data_stall_s"] / details["step_time_s"]
-        return TrialResult(status="ok", step_values=tuple(values), gpu_seconds=world * wall,
+        return TrialResult(status="ok", step_values=tuple(values), step_seconds=step_seconds, gpu_seconds=world * wall,
                            wall_seconds=wall, peak_mem_gib=peak_mem_gib, data_wait_frac=data_wait,
                            extra={"simulated": True, "noiseless_tokens_per_sec_per_gpu": tokens_per_sec_per_gpu,
                                   "mfu": details.get("mfu") and details["mfu"] * (mfu_scale if layout else 1.0),

@@ -1,0 +1,209 @@
+"""Studies with known truth, analysed as `tuner analyze` would: do tuner's statistics hold?
+
+    python bench/synthetic_studies.py                      # the table of docs/statistics.md
+    python bench/synthetic_studies.py --studies 3 --n-boot 50   # quicker, coarser
+
+Each study is built the way the coordinator builds one (tuner.record.StudyRecord, the input of
+tuner.analysis.analyze_record): the baseline first, search trials, then the ablation the
+coordinator would enqueue (tuner.ablation.plan_ablation + plan_runs: the best, the baseline
+and the next two configs re-measured, interleaved with one-knob reverts). A run's true
+throughput is its config's truth times a run-to-run factor (lognormal, 2% sd); its steps come
+from a noise family of bench/noise_families.py (rotated over studies); a config may fail
+(oom) with a known probability. Families:
+
+- ``crossover``: nccl_algo x nccl_proto matter only together (+15% on the diagonal), micro_batch
+  (+10%/+20%), padding (+3%), and grad_accum as a 6-level placebo; 60 search trials.
+- ``conditional``: num_workers (+12% for any > 0), prefetch_factor conditional on it and
+  without effect, micro_batch, padding (+8%), nccl_proto placebo; 60 search trials.
+- ``small``: ``conditional`` with 12 search trials.
+- ``failures``: micro_batch 8 is the fastest (+35%) and fails 70% of its runs; samplers
+  favour it (half the trials), so ~35% of all trials fail; 60 search trials.
+
+Reported per family: per-trial CI coverage (the truth: each run's own mean), speedup CI
+coverage (the truth: the recommended config's over the baseline's), top 3 right (as a set),
+placebo knobs in "What matters", and recommendations of configs that fail >= 50% / >= 25%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from noise_families import FAMILIES as NOISE_FAMILIES  # noqa: E402
+from noise_families import step_series  # noqa: E402
+
+from tuner.ablation import N_CANDIDATES, plan_ablation, plan_runs, shortlist  # noqa: E402
+from tuner.analysis import analyze_record  # noqa: E402
+from tuner.failures import config_key  # noqa: E402
+from tuner.record import StudyRecord, TrialRecord  # noqa: E402
+from tuner.spec import parse_spec  # noqa: E402
+
+RUN_TO_RUN_SD = 0.02
+STEPS = 8
+
+
+def _crossover(p: dict[str, Any]) -> float:
+    diag = (p["nccl_algo"] == "Ring") == (p["nccl_proto"] == "Simple")
+    return 1000.0 * (1.15 if diag else 1.0) * {1: 1.0, 2: 1.10, 4: 1.20}[p["micro_batch"]] \
+        * (1.03 if p["padding"] == "packed" else 1.0)
+
+
+def _conditional(p: dict[str, Any]) -> float:
+    return 1000.0 * (1.12 if p["num_workers"] > 0 else 1.0) * {1: 1.0, 2: 1.10, 4: 1.20}[p["micro_batch"]] \
+        * (1.08 if p["padding"] == "packed" else 1.0)
+
+
+def _failures(p: dict[str, Any]) -> float:
+    return 1000.0 * {1: 1.0, 2: 1.10, 4: 1.20, 8: 1.35}[p["micro_batch"]] \
+        * (1.10 if p["num_workers"] > 0 else 1.0) * (1.08 if p["padding"] == "packed" else 1.0)
+
+
+FAMILIES: dict[str, dict[str, Any]] = {
+    "crossover": {"space": {"nccl_algo": ["Ring", "Tree"], "nccl_proto": ["LL", "Simple"], "micro_batch": [1, 2, 4],
+                            "padding": ["max_length", "packed"], "grad_accum": [1, 2, 4, 8, 16, 32]},
+                  "baseline": {"nccl_algo": "Tree", "nccl_proto": "Simple", "micro_batch": 1,
+                               "padding": "max_length", "grad_accum": 1},
+                  "truth": _crossover, "top3": {"nccl_algo", "nccl_proto", "micro_batch"},
+                  "placebo": {"grad_accum"}, "n_search": 60},
+    "conditional": {"space": {"num_workers": [0, 2, 4], "prefetch_factor": [2, 4], "micro_batch": [1, 2, 4],
+                              "padding": ["max_length", "packed"], "nccl_proto": ["default", "Simple", "LL"]},
+                    "baseline": {"num_workers": 0, "micro_batch": 1, "padding": "max_length", "nccl_proto": "default"},
+                    "truth": _conditional, "top3": {"num_workers", "micro_batch", "padding"},
+                    "placebo": {"prefetch_factor", "nccl_proto"}, "n_search": 60},
+    "failures": {"space": {"micro_batch": [1, 2, 4, 8], "num_workers": [0, 2], "padding": ["max_length", "packed"],
+                           "nccl_proto": ["default", "Simple", "LL"]},
+                 "baseline": {"micro_batch": 1, "num_workers": 0, "padding": "max_length", "nccl_proto": "default"},
+                 "truth": _failures, "top3": {"micro_batch", "num_workers", "padding"},
+                 "placebo": {"nccl_proto"}, "n_search": 60,
+                 "p_fail": lambda p: 0.7 if p["micro_batch"] == 8 else 0.0,
+                 "favour": ("micro_batch", 8, 0.5)},
+}
+FAMILIES["small"] = {**FAMILIES["conditional"], "n_search": 12}
+
+
+def _sample(rng: np.random.Generator, fam: dict[str, Any]) -> dict[str, Any]:
+    p = {k: v[int(rng.integers(len(v)))] for k, v in fam["space"].items()}
+    favour = fam.get("favour")
+    if favour:
+        knob, level, prob = favour
+        if rng.random() < prob:
+            p[knob] = level
+        else:
+            others = [v for v in fam["space"][knob] if v != level]
+            p[knob] = others[int(rng.integers(len(others)))]
+    if "prefetch_factor" in p and p.get("num_workers", 0) == 0:
+        del p["prefetch_factor"]
+    return p
+
+
+def build_study(family: str, seed: int, noise: str) -> tuple[StudyRecord, dict[int, float]]:
+    """A StudyRecord of one synthetic study and each ok run's true tokens over time."""
+    fam = FAMILIES[family]
+    rng = np.random.default_rng(seed)
+    truth, p_fail = fam["truth"], fam.get("p_fail", lambda p: 0.0)
+    trials: list[TrialRecord] = []
+    run_truth: dict[int, float] = {}
+
+    def run(params: dict[str, Any], **attrs: Any) -> TrialRecord:
+        n = len(trials)
+        if rng.random() < p_fail(params):
+            t = TrialRecord(number=n, state="COMPLETE", status="oom", params=params, steps=(), value=0.0,
+                            gpu_seconds=10.0, **attrs)
+        else:
+            true_rate = truth(params) * math.exp(rng.normal(0.0, RUN_TO_RUN_SD))
+            rates, secs, _ = step_series(rng, noise, STEPS, true_rate)
+            t = TrialRecord(number=n, state="COMPLETE", status="ok", params=params, steps=tuple(rates.tolist()),
+                            step_seconds=tuple(secs.tolist()), value=float((rates * secs).sum() / secs.sum()),
+                            gpu_seconds=40.0, **attrs)
+            run_truth[n] = true_rate
+        trials.append(t)
+        return t
+
+    run(dict(fam["baseline"]), role="baseline")
+    for _ in range(fam["n_search"]):
+        run(_sample(rng, fam))
+    spec = parse_spec({"study": {"name": family}, "model": {"preset": "tiny"}, "space": fam["space"]})
+    reliable = shortlist(trials, list(fam["space"]))   # what tuner.ablation.plan_ablation_once does
+    if reliable:
+        best, base_key = reliable[0], config_key(fam["baseline"])
+        cands = [p for p in reliable[1:] if config_key(p) != base_key][:N_CANDIDATES]
+        reverts = plan_ablation(spec, best, fam["baseline"])
+        for params, extra in plan_runs(reverts, dict(fam["baseline"]), cands):
+            run(params, role="ablation", ablation_knob=extra.get("ablation_knob"))
+    attrs = {"spec": {"space": {k: list(v) for k, v in fam["space"].items()}}, "budget_limit_gpu_seconds": 1e5}
+    return StudyRecord(name=f"{family}-{seed}", trials=tuple(trials), attrs=attrs), run_truth
+
+
+def evaluate(family: str, analysis: dict[str, Any], run_truth: dict[int, float]) -> dict[str, Any]:
+    """What held in one analysed study."""
+    fam = FAMILIES[family]
+    hits = total = 0
+    for t in analysis["trials"]:
+        tps = t["tokens_per_sec_per_gpu"]
+        if tps and t["trial"] in run_truth:
+            total += 1
+            hits += tps["ci95"][0] <= run_truth[t["trial"]] <= tps["ci95"][1]
+    best = analysis["best"]
+    speed_hit = None
+    if best and best.get("speedup_vs_baseline"):
+        true_ratio = fam["truth"](best["params"]) / fam["truth"](fam["baseline"])
+        lo, hi = best["speedup_vs_baseline"]["ci95"]
+        speed_hit = lo <= true_ratio <= hi
+    matters = {r["knob"] for r in analysis.get("what_matters", [])}
+    p_fail = fam.get("p_fail", lambda p: 0.0)(best["params"]) if best else 0.0
+    return {"trial_hits": hits, "trial_total": total, "speedup_hit": speed_hit,
+            "top3_right": set(analysis["top_knobs"][:3]) == fam["top3"],
+            "placebo_in_what_matters": bool(matters & fam["placebo"]),
+            "recommended_fails_half": p_fail >= 0.5, "recommended_fails_quarter": p_fail >= 0.25}
+
+
+def run_family(family: str, studies: int, n_boot: int, seed: int = 0) -> dict[str, Any]:
+    rows = []
+    for i in range(studies):
+        noise = NOISE_FAMILIES[i % len(NOISE_FAMILIES)]
+        record, run_truth = build_study(family, seed + i, noise)
+        rows.append(evaluate(family, analyze_record(record, n_boot=n_boot, seed=seed + i), run_truth))
+    speed = [r["speedup_hit"] for r in rows if r["speedup_hit"] is not None]
+    return {"studies": studies,
+            "trial_coverage": sum(r["trial_hits"] for r in rows) / max(1, sum(r["trial_total"] for r in rows)),
+            "speedup_coverage": sum(speed) / len(speed) if speed else None, "n_speedups": len(speed),
+            "top3_right": sum(r["top3_right"] for r in rows) / studies,
+            "placebo_in_what_matters": sum(r["placebo_in_what_matters"] for r in rows),
+            "recommended_fails_half": sum(r["recommended_fails_half"] for r in rows),
+            "recommended_fails_quarter": sum(r["recommended_fails_quarter"] for r in rows)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--studies", type=int, default=14, help="studies per family (default 14: 2 per noise family)")
+    parser.add_argument("--n-boot", type=int, default=200, help="importance bootstrap resamples (default 200)")
+    parser.add_argument("--families", default=",".join(FAMILIES), help="comma list")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    t0 = time.monotonic()
+    print(f"{args.studies} studies per family, noise families rotated ({', '.join(NOISE_FAMILIES)}), "
+          f"{STEPS} measured steps, run-to-run sd {RUN_TO_RUN_SD:.0%}, {args.n_boot} bootstrap resamples\n")
+    print("| family | per-trial coverage | speedup coverage | top 3 right | placebo in What matters "
+          "| recommended config fails >= 50% | >= 25% |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for family in args.families.split(","):
+        r = run_family(family, args.studies, args.n_boot, args.seed)
+        sp = f"{r['speedup_coverage']:.2f} ({r['n_speedups']})" if r["speedup_coverage"] is not None else "-"
+        print(f"| {family} | {r['trial_coverage']:.3f} | {sp} | {r['top3_right']:.2f} | "
+              f"{r['placebo_in_what_matters']} of {r['studies']} | {r['recommended_fails_half']} of {r['studies']} | "
+              f"{r['recommended_fails_quarter']} of {r['studies']} |", flush=True)
+    print(f"\nwall time {time.monotonic() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,39 @@
+"""Config-level estimates: run-to-run variation, pooled runs, Holm."""
+
+import math
+
+import numpy as np
+import pytest
+
+from tuner.configs import config_estimate, holm, ratio_estimate, run_to_run_variance
+
+
+def test_run_to_run_variance_is_recovered_from_repeated_configs():
+    rng = np.random.default_rng(0)
+    groups = [[{"mean": 1000 * m * math.exp(rng.normal(0, 0.03)), "se": 5.0, "df": 20} for _ in range(3)]
+              for m in rng.uniform(1, 2, 40)]
+    tau2, df = run_to_run_variance(groups)
+    assert df == 80 and 0.02 < math.sqrt(tau2) < 0.04
+    assert run_to_run_variance([[{"mean": 1.0, "se": 0.1}]]) == (0.0, 0)
+
+
+def test_speedup_cis_cover_with_run_to_run_variation():
+    rng = np.random.default_rng(1)
+    hits = 0
+    for _ in range(300):
+        runs = lambda m, k: [{"mean": m * math.exp(rng.normal(0, 0.03) + rng.normal(0, 0.01)), "se": m * 0.01,  # noqa: E731
+                              "df": 30.0} for _ in range(k)]
+        groups = [runs(1000.0, 2) for _ in range(8)]
+        tau2, df = run_to_run_variance(groups)
+        r = ratio_estimate(config_estimate(runs(1300.0, 2), tau2=tau2, tau_df=df),
+                           config_estimate(runs(1000.0, 2), tau2=tau2, tau_df=df))
+        hits += r["ci95"][0] <= 1.3 <= r["ci95"][1]
+    assert hits / 300 >= 0.90
+
+
+def test_holm_controls_the_family():
+    assert holm([0.001, 0.02, 0.04]) == [True, True, True]
+    assert holm([0.001, 0.03, 0.04]) == [True, False, False]
+    assert holm([]) == []
+    assert config_estimate([], tau2=0.0, tau_df=0) is None
+    assert config_estimate([{"mean": 10.0, "se": 1.0, "df": 5.0}], tau2=0.0, tau_df=0)["mean"] == pytest.approx(10.0)

@@ -1,0 +1,164 @@
+"""The recommendation, its speedup, the ablation's effects and "what matters", from run-level CIs.
+
+Pure functions over TrialRecords and each ok run's tokens-over-time CI ({"mean", "se", "df"},
+tuner.trial_ci). How configs are pooled and compared: tuner.configs. Failure rates:
+tuner.failures.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from tuner.configs import config_estimate, holm, ratio_estimate, run_to_run_variance
+from tuner.failures import config_failure, config_key, failure_model, is_attempt, is_failure
+from tuner.record import TrialRecord
+
+__all__ = ["RunCIs", "run_groups", "recommend", "ablation_effects", "what_matters"]
+
+RunCIs = dict[int, dict[str, Any]]
+"""trial number -> {"mean", "se", "df"} of an ok run."""
+
+
+def _public(d: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if d is None else {"mean": d["mean"], "ci95": d["ci95"]}
+
+
+def _is_remeasure(t: TrialRecord) -> bool:
+    return t.role == "ablation" and t.ablation_knob is None
+
+
+def run_groups(trials: Sequence[TrialRecord], cis: RunCIs) -> tuple[float, int]:
+    """tau^2 (run-to-run, log scale) and its df from every config run more than once."""
+    groups = defaultdict(list)
+    for t in trials:
+        if t.number in cis and (t.role != "ablation" or t.ablation_knob is None):
+            groups[config_key(t.params)].append(cis[t.number])
+    return run_to_run_variance(list(groups.values()))
+
+
+def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df: int,
+              levels: dict[str, dict[str, dict[str, Any]]], baseline: TrialRecord | None) -> dict[str, Any] | None:
+    """The best reliable config (analysis.json's ``best``), chosen on re-measurements where any
+    exist, with its speedup over the baseline config; the faster flaky one beside it."""
+    search = [t for t in trials if t.role != "ablation" and t.number in cis]
+    if not search:
+        return None
+    by_config: dict[str, dict[str, Any]] = {}
+    for t in trials:
+        if t.role == "ablation" and t.ablation_knob is not None:
+            continue
+        d = by_config.setdefault(config_key(t.params), {"params": t.params, "search": [], "remeasure": [],
+                                                        "first_trial": None})
+        if t.number in cis:
+            (d["remeasure"] if _is_remeasure(t) else d["search"]).append(t)
+            if not _is_remeasure(t) and d["first_trial"] is None:
+                d["first_trial"] = t.number
+    fail_model = failure_model(trials, list(levels))
+    est = lambda runs: config_estimate([cis[t.number] for t in runs], tau2=tau2, tau_df=tau_df)  # noqa: E731
+    rows = []
+    for key, d in by_config.items():
+        if not d["search"] and not d["remeasure"]:
+            continue
+        remeasured = est(d["remeasure"]) if d["remeasure"] else None
+        # a remeasure failure counts as a failure of the config (tuner.failures)
+        rows.append({"key": key, "params": d["params"], "remeasured": remeasured,
+                     "search": est(d["search"] or d["remeasure"]), "first_trial": d["first_trial"],
+                     "remeasure_trials": [t.number for t in d["remeasure"]],
+                     "failure": config_failure(d["params"], trials, levels, fail_model)})
+    score = lambda r: (r["remeasured"] or r["search"])["mean"]  # noqa: E731
+    base_key = config_key(baseline.params) if baseline is not None else None
+    reliable = [r for r in rows if not r["failure"]["flaky"]]
+    remeasured = sorted((r for r in reliable if r["remeasured"]), key=score, reverse=True)
+    # the winner's curse: re-measured configs compete on their re-measurements; the config the
+    # ablation was planned around (re-measured first, and most often) stays the choice unless
+    # another re-measured config beats it beyond doubt (its ratio's CI above 1), since picking
+    # the largest of a few re-measurements is itself biased upward
+    planned_t = next((t for t in trials if _is_remeasure(t)), None)
+    planned = next((r for r in remeasured if planned_t is not None and r["key"] == config_key(planned_t.params)), None)
+    others = [r for r in remeasured if r["key"] != base_key]
+    if planned is not None:
+        beats = [r for r in others if r is not planned
+                 and (ratio_estimate(r["remeasured"], planned["remeasured"]) or {"ci95": [0.0]})["ci95"][0] > 1.0]
+        chosen = beats[0] if beats else planned
+    elif others:
+        chosen = others[0]
+    else:
+        chosen = max(reliable or rows, key=lambda r: r["search"]["mean"])
+    any_remeasured = chosen["remeasured"] is not None
+    base_est = None
+    if baseline is not None:
+        base_runs = [t for t in trials if t.number in cis and config_key(t.params) == config_key(baseline.params)
+                     and (t.role != "ablation" or t.ablation_knob is None)]
+        base_est = est(base_runs)
+    measured = chosen["remeasured"] or chosen["search"]
+    same_as_base = baseline is not None and chosen["key"] == config_key(baseline.params)
+    speedup = None if same_as_base else ratio_estimate(measured, base_est)
+    flaky_faster = next((r for r in sorted(rows, key=score, reverse=True) if r["failure"]["flaky"]
+                         and (r["remeasured"] or r["search"])["mean"] > measured["mean"]), None)
+    trial = chosen["first_trial"] if chosen["first_trial"] is not None else chosen["remeasure_trials"][0]
+    return {"trial": trial, "params": chosen["params"], "tokens_per_sec_per_gpu": _public(measured),
+            "speedup_vs_baseline": _public(speedup),
+            "search_tokens_per_sec_per_gpu": _public(chosen["search"]),
+            "winners_curse_adjusted": chosen["remeasured"] is not None,
+            "measured_by_trial": chosen["remeasure_trials"][0] if chosen["remeasured"] else trial,
+            "remeasure_trials": chosen["remeasure_trials"], "n_runs": measured["n_runs"],
+            "failure": chosen["failure"],
+            "chosen_on": "re-measurements" if any_remeasured else "search trials (not re-measured)",
+            "reliable": not chosen["failure"]["flaky"],
+            "faster_but_flaky": None if flaky_faster is None else {
+                "trial": flaky_faster["first_trial"], "params": flaky_faster["params"],
+                "tokens_per_sec_per_gpu": _public(flaky_faster["remeasured"] or flaky_faster["search"]),
+                "failure": flaky_faster["failure"]},
+            "baseline_estimate": _public(base_est)}
+
+
+def ablation_effects(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df: int,
+                     baseline_params: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Each knob's worth: re-measured reference / its one-knob revert - 1, CIs with run-to-run
+    variation, Holm-corrected significance; failed runs listed (a failed revert is a failure)."""
+    abl = [t for t in trials if t.role == "ablation" and t.state == "COMPLETE"]
+    reverts = [t for t in abl if t.ablation_knob is not None]
+    if not reverts:
+        return None
+    ref_params = next((t.params for t in trials if t.role == "ablation" and t.ablation_knob is None
+                       and t.status == "ok" and t.number in cis), None)
+    ref_runs = [t for t in abl if _is_remeasure(t) and ref_params is not None
+                and config_key(t.params) == config_key(ref_params) and t.number in cis]
+    ref = config_estimate([cis[t.number] for t in ref_runs], tau2=tau2, tau_df=tau_df) if ref_runs else None
+    effects = []
+    for t in reverts:
+        if t.number not in cis or ref is None:
+            continue
+        r = ratio_estimate(ref, config_estimate([cis[t.number]], tau2=tau2, tau_df=tau_df))
+        if r is None:
+            continue
+        knob = t.ablation_knob
+        effects.append({"knob": knob, "best_value": (ref_params or {}).get(knob),
+                        "baseline_value": (baseline_params or {}).get(knob, t.params.get(knob)),
+                        "impact": r["mean"] - 1, "ci95": [r["ci95"][0] - 1, r["ci95"][1] - 1],
+                        "p_value": r["p_value"], "trial": t.number})
+    for e, sig in zip(effects, holm([e["p_value"] for e in effects])):
+        e["significant"] = sig
+    failed = [{"knob": t.ablation_knob, "status": t.status, "trial": t.number,
+               "remeasure": t.ablation_knob is None}
+              for t in abl if is_attempt(t) and is_failure(t)]
+    return {"best_remeasured": {"trial": ref_runs[0].number if ref_runs else None,
+                                "tokens_per_sec_per_gpu": _public(ref)},
+            "knobs": sorted(effects, key=lambda e: -e["impact"]), "failed": failed,
+            "multiplicity": "Holm step-down over the ablated knobs, family-wise 5%"}
+
+
+def what_matters(importance: Sequence[dict[str, Any]], ablation: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Knobs to list under "What matters", ranked: first those whose re-measured ablation
+    effect is significant after Holm (by size), then knobs not ablated whose total index
+    beats the placebo (by index). A knob whose ablation found no significant effect, or whose
+    index does not beat the placebo, is not listed."""
+    abl = {e["knob"]: e for e in (ablation or {}).get("knobs", [])}
+    rows = [{"knob": k, "source": "ablation", "impact": e["impact"], "ci95": e["ci95"]}
+            for k, e in sorted(abl.items(), key=lambda kv: -abs(kv[1]["impact"])) if e["significant"]]
+    for d in importance:
+        if d["knob"] not in abl and d.get("matters"):
+            rows.append({"knob": d["knob"], "source": "importance", "total": d["total"], "ci95": d["ci95"]})
+    return rows
