@@ -150,8 +150,8 @@ def layout_memory(model_size: float | int | str | ModelShape, layout: Layout, *,
     Example:
         >>> m = layout_memory("13b", Layout(dp_shard=4, tp=8), micro_batch=2, seq_len=2048,
         ...                   activation_checkpointing=False)
-        >>> round(m["static"], 2)      # 16 B x 13e9 / 32
-        6.5
+        >>> round(m["static"], 3)      # weights + optimizer state, 12 B x 13e9 / 32
+        4.875
     """
     shape = parse_model_size(model_size)
     spec = get_gpu(gpu)
