@@ -164,16 +164,14 @@ def validate_plan(plan: dict[str, Any], plan_args: dict[str, Any], *, out_dir: P
                                max_trials=len(raw["space"]["micro_batch"]) - 1, ablation=False),
               on_event=lambda e: print(f"proxy trial {e.number}: {e.kind}", flush=True) if e.kind == "end" else None)
     study = load_existing_study(url, name)
-    measurements = study_measurements(study)  # FSDP trials: helper.fit_calibration fits those
-    base = helper.load_calibration(plan_args.get("calibration"))
-    refit = helper.fit_calibration(measurements, base=base) if measurements else base
-    rows = layout_rows(study, raw, {"before": base, "after": refit})  # HSDP/TP: helper.layouts
-    if not measurements and not rows:
+    measurements = study_measurements(study)  # HSDP/TP trials too: fit through helper.layouts
+    if not measurements:
         raise TunerError(f"plan --validate: no proxy trial finished ok; see the logs under {out_dir / 'runs'}")
-    if rows and not measurements:
-        notes.append("HSDP/TP trials are compared with helper.layouts, not fitted: the calibration stays")
+    base = helper.load_calibration(plan_args.get("calibration"))
+    refit = helper.fit_calibration(measurements, base=base)
+    rows = layout_rows(study, raw, {"before": base, "after": refit})  # HSDP/TP rows: helper.layouts
     peaks = {t.number: t.user_attrs.get("peak_mem_gib") for t in study.trials}
-    for m in measurements:
+    for m in (m for m in measurements if not m.get("layout")):  # FSDP rows
         step_plan, _ = helper.measurement_plan(m)
         before = step_time_breakdown(step_plan, resolve_constants(base, m["gpu"])[0])["tokens_per_sec_per_gpu"]
         after = step_time_breakdown(step_plan, resolve_constants(refit, m["gpu"])[0])["tokens_per_sec_per_gpu"]

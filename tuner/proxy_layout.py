@@ -11,7 +11,7 @@ scales its degrees to the proxy:
 
 The result is checked by :func:`tuner.layout_rules.layout_problem` (and again at spec load).
 :func:`layout_rows` predicts the proxy's HSDP/TP trials through :mod:`helper.layouts`
-(helper.fit_calibration fits FSDP trials only: these rows are compared, not fitted).
+(``helper.fit_calibration`` fits them as FSDP x ``helper.layouts.layout_speed_ratio``).
 
 Example:
     >>> proxy_layout_knobs({"sharding": "hybrid_shard", "shard_group_size": 8, "tp_degree": 8},
