@@ -43,6 +43,7 @@ def test_the_proxy_spec_keeps_the_layout_and_passes_layout_rules(plan13, target)
         assert got == space, name
         assert (note in " ".join(notes)) if note else not notes, (name, notes)
         assert spec.cluster.world_size == (4 if target == "gpu" or name == "hsdp" else 2)
+        assert spec.trial.estimate_gpu_seconds == 30 * spec.cluster.world_size  # 4 ranks: a cap twice as large
 
 
 def test_hsdp_with_tp_keeps_two_replicas_and_a_bad_mapping_is_one_line():

@@ -133,7 +133,7 @@ def proxy_spec(plan: dict[str, Any], *, name: str, micro_batches=(2, 4, 8), targ
            "model": {"preset": "tiny", "seq_len": 256, "dtype": "auto"},
            "data": {"source": "synthetic", "tokenizer": "train", "vocab_size": 8000, "num_examples": 2000},
            "cluster": {"launcher": launcher, "nodes": 1, "gpus_per_node": world, "backend": "gloo", "gpu": "cpu"},
-           "trial": {"warmup_steps": 2, "measure_steps": 6, "timeout_s": 300, "estimate_gpu_seconds": 60},
+           "trial": {"warmup_steps": 2, "measure_steps": 6, "timeout_s": 300, "estimate_gpu_seconds": 30 * world},
            "space": space}
     if target == "gpu":
         raw["model"] = {"preset": preset, "seq_len": plan["inputs"]["seq_len"], "dtype": "auto"}
