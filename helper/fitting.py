@@ -31,6 +31,7 @@ from scipy.optimize import least_squares
 
 from helper.calibration import CONSTANTS, PRIORS, SCHEMA_VERSION, load_calibration, resolve_constants
 from helper.collectives import UnsupportedCollective
+from helper.layouts import Layout, LayoutStepPlan, layout_speed_ratio
 from helper.noise import estimate_noise_rel
 from helper.sizes import parse_model_size
 from helper.throughput import StepPlan, plan_step, step_time_breakdown
@@ -53,6 +54,8 @@ def measurement_plan(m: dict[str, Any]) -> tuple[StepPlan, str | None]:
     ``num_workers`` (0, PyTorch's default), ``prefetch_factor``, ``sharding`` (zero3),
     ``reshard_after_forward`` (True), ``padding_efficiency`` or ``padding`` (packed / none =
     1.0), ``examples_per_sequence`` (1.0); the target ``tokens_per_sec_per_gpu``.
+    ``fit_calibration`` also reads ``layout`` (``{"dp_shard", "dp_replicate", "tp"}``) for an
+    HSDP/TP trial: predicted as FSDP x :func:`helper.layouts.layout_speed_ratio`.
     """
     model = m.get("model_size", m.get("preset"))
     if model is None:
@@ -101,6 +104,10 @@ def _sigma(name: str) -> float:
 
 
 def _predict(plan: StepPlan, pad_key: str | None, consts: dict[str, float]) -> float:
+    if isinstance(plan, LayoutStepPlan):  # HSDP / TP: the FSDP prediction x helper.layouts' ratio
+        tps = step_time_breakdown(plan.plan, consts)["tokens_per_sec_per_gpu"] * layout_speed_ratio(
+            plan.plan, plan.layout, consts, reshard_after_forward=plan.reshard_after_forward)
+        return tps * consts.get(pad_key, _PADDING_PRIOR) if pad_key else tps
     tps = step_time_breakdown(plan, consts)["tokens_per_sec_per_gpu"]
     return tps * consts.get(pad_key, _PADDING_PRIOR) if pad_key else tps
 
@@ -244,6 +251,9 @@ def fit_calibration(measurements: list[dict[str, Any]], *, base: dict[str, Any] 
             if not value > 0:
                 raise ValueError("tokens_per_sec_per_gpu must be > 0")
             plan, pad_key = measurement_plan(m)
+            if m.get("layout"):  # {"dp_shard", "dp_replicate", "tp"}: an HSDP / TP trial
+                plan = LayoutStepPlan(plan, Layout(**m["layout"]),
+                                      reshard_after_forward=bool(m.get("reshard_after_forward", True)))
         except (KeyError, ValueError, TypeError) as exc:  # UnsupportedCollective is a ValueError
             kind = "unsupported" if isinstance(exc, UnsupportedCollective) else "invalid"
             skipped.append({"index": i, "reason": f"{kind}: {exc}"})

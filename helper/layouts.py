@@ -36,7 +36,8 @@ from helper.memory import FRAGMENTATION_ALLOWANCE, activation_memory_gb, estimat
 from helper.sizes import ModelShape, parse_model_size
 from helper.throughput import compute_seconds, flops_per_token, plan_step
 
-__all__ = ["Layout", "candidate_layouts", "layout_memory", "layout_step_time", "pipeline_bubble_fraction",
+__all__ = ["Layout", "LayoutStepPlan", "layout_speed_ratio", "candidate_layouts", "layout_memory", "layout_step_time",
+           "pipeline_bubble_fraction",
            "tp_collectives_per_block"]
 
 _ADAM_BYTES_PER_PARAM = 28.0  # as helper.throughput: fp32 reads param, grad, m, v; writes param, m, v
@@ -73,8 +74,17 @@ class Layout:
         return "+".join(parts)
 
     def workload_knobs(self) -> dict[str, Any]:
-        """The trial workload's knobs for this layout (issue 16's ``sharding``/``tp_degree``/``pp_degree``)."""
+        """The trial workload's knobs for this layout (tuner/knobs.py: ``sharding``,
+        ``shard_group_size``, ``tp_degree``); ``pp_degree`` names the pipeline stages, which the
+        workload does not run (yet): a tuner proxy measures without it and says so.
+
+        Example:
+            >>> Layout(dp_shard=4, dp_replicate=4, tp=2).workload_knobs()
+            {'sharding': 'hybrid_shard', 'shard_group_size': 4, 'tp_degree': 2}
+        """
         knobs: dict[str, Any] = {"sharding": "hybrid_shard" if self.dp_replicate > 1 else "full_shard"}
+        if self.dp_replicate > 1:
+            knobs["shard_group_size"] = self.dp_shard
         if self.tp > 1:
             knobs["tp_degree"] = self.tp
         if self.pp > 1:
@@ -252,3 +262,36 @@ def layout_step_time(model_size: float | int | str | ModelShape, layout: Layout,
             "p2p_s": p2p_s, "bubble_s": bubble_s, "optimizer_s": optimizer_s, "overhead_s": overhead_s,
             "step_time_s": step_s, "tokens_per_step_per_gpu": tokens_per_gpu, "tokens_per_sec_per_gpu": tps,
             "mfu": tps * flops_per_token(shape, seq_len) / spec.peak_flops}
+
+
+def layout_speed_ratio(plan: Any, layout: Layout, constants: dict[str, float], *,
+                       reshard_after_forward: bool = True) -> float:
+    """tokens/s/GPU of ``layout`` over FSDP on every GPU, for a :class:`helper.throughput.StepPlan`'s batch.
+
+    The throughput model predicts FSDP with its data-loader, padding and NCCL terms; this ratio
+    carries it to HSDP/TP (the sim launcher and the fit of HSDP/TP trials use it alike).
+
+    Example:
+        >>> from helper.calibration import resolve_constants
+        >>> plan = plan_step("tiny", 2, gpu="cpu", seq_len=256, micro_batch=4, gpus_per_node=2)
+        >>> layout_speed_ratio(plan, Layout(dp_shard=1, tp=2), resolve_constants(None, "cpu")[0]) < 1
+        True
+    """
+    kw = dict(constants=constants, gpu=plan.gpu, gpus_per_node=plan.gpus_per_node, micro_batch=plan.micro_batch,
+              seq_len=plan.seq_len, activation_checkpointing=plan.activation_checkpointing,
+              grad_accum=plan.grad_accum, reshard_after_forward=reshard_after_forward)
+    this = layout_step_time(plan.shape, layout, **kw)["tokens_per_sec_per_gpu"]
+    return this / layout_step_time(plan.shape, Layout(dp_shard=plan.gpu_count), **kw)["tokens_per_sec_per_gpu"]
+
+
+class LayoutStepPlan:
+    """A StepPlan measured in an HSDP/TP ``layout`` (for fitting): the StepPlan's attributes, plus
+    ``layout`` and ``reshard_after_forward``."""
+
+    def __init__(self, plan: Any, layout: Layout, *, reshard_after_forward: bool = True):
+        self.plan, self.layout, self.reshard_after_forward = plan, layout, reshard_after_forward
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "plan":  # copy/pickle look-ups before __init__ ran
+            raise AttributeError(name)
+        return getattr(self.plan, name)

@@ -138,3 +138,28 @@ def test_distill_reports_leave_one_out_error_and_calibrates_memory_from_peak_mem
                                  calibration=cal)
     plain = helper.estimate_memory("tiny", 2, micro_batch=2, seq_len=SPEC["model"]["seq_len"], gpu="cpu")
     assert d["memory_total_gb"] > plain["total"]
+
+
+def test_hsdp_and_tp_trials_are_fitted_through_helper_layouts(tmp_path):
+    """A CPU layout study (the sim launcher, which models HSDP/TP with helper.layouts): every ok
+    trial is a measurement, HSDP/TP ones carry their mesh, and the fit uses all of them."""
+    from pathlib import Path
+
+    from helper.layouts import Layout, layout_speed_ratio
+    from tuner.coordinator import RunOptions, run_study
+    from tuner.spec import load_spec
+
+    spec = load_spec(Path(__file__).resolve().parents[1] / "studies/cpu-layouts.toml").with_launcher("sim")
+    url = f"sqlite:///{tmp_path}/l.db"
+    run_study(spec, RunOptions(storage_url=url, runs_dir=tmp_path / "runs", max_trials=7, ablation=False))
+    study = optuna.load_study(study_name=spec.study.name, storage=url)
+    ms = study_measurements(study)
+    ok = [t for t in study.trials if t.user_attrs.get("status") == "ok"]
+    assert len(ms) == len(ok) >= 6
+    meshes = {(m["layout"]["dp_replicate"], m["layout"]["dp_shard"], m["layout"]["tp"]) for m in ms if "layout" in m}
+    assert meshes == {(2, 2, 1), (1, 2, 2)}   # HSDP (groups of 2); TP2 (HSDP x TP2 with groups of 2 is 1 x 2 x 2)
+    cal = helper.fit_calibration(ms, base=helper.load_calibration())
+    assert cal["quality"]["n_used"] == len(ms) and not cal["quality"]["skipped"]
+    tp = next(m for m in ms if m.get("layout", {}).get("tp") == 2)
+    plan, _ = measurement_plan(tp)
+    assert layout_speed_ratio(plan, Layout(**tp["layout"]), resolve_constants(None, "cpu")[0]) < 1

@@ -69,5 +69,6 @@ def test_candidates_and_workload_knobs():
     assert [lay.name for lay in candidate_layouts(8, 8, 32)] == ["fsdp", "fsdp+tp2", "fsdp+tp4"]
     assert all(lay.gpu_count == 12 for lay in candidate_layouts(12, 8, 32))          # a partial node
     assert [lay.name for lay in candidate_layouts(1, 8, 32)] == ["fsdp"]
-    assert Layout(dp_shard=8, dp_replicate=4).workload_knobs() == {"sharding": "hybrid_shard"}
+    assert Layout(dp_shard=8, dp_replicate=4).workload_knobs() == {"sharding": "hybrid_shard", "shard_group_size": 8}
+    assert Layout(dp_shard=16, pp=2).workload_knobs() == {"sharding": "full_shard", "pp_degree": 2}
     assert Layout(dp_shard=4, tp=8).workload_knobs() == {"sharding": "full_shard", "tp_degree": 8}

@@ -1,5 +1,5 @@
-"""tuner/layout_rules.py: layouts a cluster cannot hold, and the sim launcher's refusal, are
-one line at spec load naming the key."""
+"""tuner/layout_rules.py: layouts a cluster cannot hold are one line at spec load naming the
+key; the sim launcher takes every layout knob and checkpoints."""
 
 import textwrap
 from pathlib import Path
@@ -57,15 +57,9 @@ def test_valid_layouts_pass():
      "HSDP shard_group_size 3 does not divide the 4 data-parallel ranks"),
     ('sharding = ["hybrid_shard"]\ntp_degree = [1, 2]\nshard_group_size = [4]', {}, "space.shard_group_size",
      "does not divide the 2 data-parallel ranks (world 4 / tp_degree 2)"),
-    ('tp_degree = [1, 2]', {"launcher": "sim", "gpu": "H100-80GB"}, "space.tp_degree",
-     "the sim launcher has no model of tp_degree yet"),
-    ('sharding = ["full_shard", "hybrid_shard"]', {"launcher": "sim", "gpu": "H100-80GB"}, "space.sharding",
-     "the sim launcher has no model of hybrid_shard yet"),
     ('micro_batch = [1]', {"trial": "checkpoint_every = 5"}, "trial.checkpoint_dir", "needs a checkpoint_dir"),
     ('micro_batch = [1]', {"trial": 'checkpoint_every = 5\ncheckpoint_dir = "c"\ncheckpoint_mode = "x"'},
      "trial.checkpoint_mode", "one of sync, async"),
-    ('micro_batch = [1]', {"launcher": "sim", "gpu": "H100-80GB", "trial": 'checkpoint_every = 5\ncheckpoint_dir = "c"'},
-     "trial.checkpoint_every", "the sim launcher has no model of checkpointing yet"),
 ])
 def test_impossible_layouts_fail_at_load_naming_the_key(tmp_path, space, kwargs, key, problem):
     with pytest.raises(SpecError) as err:
@@ -74,11 +68,13 @@ def test_impossible_layouts_fail_at_load_naming_the_key(tmp_path, space, kwargs,
     assert "\n" not in line and f": {key}: " in line and problem in line
 
 
-def test_switching_to_the_sim_launcher_refuses_a_layout_search(tmp_path):
-    spec = load(tmp_path, 'tp_degree = [1, 2]', gpu="H100-80GB")
-    with pytest.raises(SpecError, match=r"space.tp_degree: the sim launcher .* \(--launcher sim\)"):
-        spec.with_launcher("sim")
+def test_the_sim_launcher_takes_a_layout_search_and_checkpoints(tmp_path):
+    """helper.layouts and helper.checkpointing model them (tuner/launch/sim_layouts.py)."""
+    spec = load(tmp_path, 'sharding = ["full_shard", "hybrid_shard"]\ntp_degree = [1, 2]', gpu="H100-80GB",
+                trial='checkpoint_every = 5\ncheckpoint_dir = "c"')
+    assert spec.with_launcher("sim").cluster.launcher == "sim"
     assert spec.with_launcher("local").cluster.launcher == "local"
+    assert load(tmp_path, 'tp_degree = [1, 2]', launcher="sim", gpu="H100-80GB").cluster.launcher == "sim"
 
 
 def test_checkpoint_dir_resolves_against_the_spec(tmp_path):

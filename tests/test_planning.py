@@ -1,5 +1,5 @@
-"""tuner.planning: `tuner plan` answers every point; the proxy spec falls back to what the workload runs;
---validate runs real CPU trials end to end (slow)."""
+"""tuner.planning: `tuner plan` answers every point; the proxy spec runs the chosen layout in the
+workload's knobs (PP falls back, saying so); --validate runs real CPU trials end to end (slow)."""
 
 import pytest
 
@@ -43,17 +43,19 @@ def test_format_plan_shows_failed_limit(plan13):
     assert "cannot be met" in format_plan(slow)
 
 
-def test_proxy_spec_uses_the_layouts_knobs_or_says_it_fell_back(plan13):
+def test_proxy_spec_uses_the_workloads_layout_knobs_and_falls_back_only_for_pp(plan13):
     raw, notes = proxy_spec(plan13, name="p")
     assert raw["space"]["sharding"] == ["full_shard"] and raw["cluster"]["gpu"] == "cpu" and not notes
-    hsdp = {**plan13, "chosen": {**plan13["chosen"], "workload_knobs": {"sharding": "hybrid_shard", "tp_degree": 2}}}
+    hsdp = {**plan13, "chosen": {**plan13["chosen"],
+                                 "workload_knobs": {"sharding": "hybrid_shard", "shard_group_size": 8, "tp_degree": 2}}}
     raw, notes = proxy_spec(hsdp, name="p")
-    if "hybrid_shard" in KNOBS["sharding"].choices:          # once issue 16's layouts are in the workload
-        assert raw["space"]["sharding"] == ["hybrid_shard"]
-    else:
-        assert raw["space"]["sharding"] == ["full_shard"] and any("hybrid_shard" in n for n in notes)
-    if "tp_degree" not in KNOBS:
-        assert "tp_degree" not in raw["space"] and any("tp_degree" in n for n in notes)
+    assert {k: raw["space"][k] for k in ("sharding", "tp_degree", "shard_group_size")} == {
+        "sharding": ["hybrid_shard"], "tp_degree": [2], "shard_group_size": [1]}   # 2 replicas x 1 shard x TP2
+    assert raw["cluster"]["gpus_per_node"] == 4 and not any("pp_degree" in n for n in notes)
+    assert all(k in KNOBS for k in raw["space"])
+    pp = {**plan13, "chosen": {**plan13["chosen"], "workload_knobs": {"sharding": "full_shard", "pp_degree": 2}}}
+    raw, notes = proxy_spec(pp, name="p")
+    assert "pp_degree" not in raw["space"] and any("no pp_degree knob" in n for n in notes)
 
 
 @pytest.mark.slow

@@ -30,6 +30,7 @@ from helper import fit_calibration, load_calibration
 from helper.noise import fit_memory_scale
 from tuner import knobs
 from tuner.errors import StudyConflictError
+from tuner.launch.sim_layouts import sim_layout
 from tuner.storage import redact_url
 from tuner.study import load_existing_study
 
@@ -60,8 +61,6 @@ def study_measurements(study: optuna.Study) -> list[dict[str, Any]]:
         # params, then the baseline and the [model] section, then the catalogue's defaults
         fallback = {"activation_checkpointing": bool(model.get("activation_checkpointing", False)), **baseline}
         values = knobs.resolve(t.params, fallback)
-        if values.get("tp_degree", 1) != 1 or values.get("sharding") == "hybrid_shard":
-            continue  # not helper's zero3: HSDP/TP have no model to fit until helper/layouts.py (issue 17)
         m: dict[str, Any] = {
             "study": study.study_name, "trial": t.number, "simulated": simulated,
             "preset": preset, "seq_len": int(model.get("seq_len", 2048)),
@@ -72,6 +71,9 @@ def study_measurements(study: optuna.Study) -> list[dict[str, Any]]:
             # both FSDP2 layouts are helper's zero3; shard_grad_op is it without reshard-after-forward
             "sharding": "zero3", "reshard_after_forward": knobs.fsdp_reshard_after_forward(values),
         }
+        layout = sim_layout(values, world_size=m["gpu_count"], gpus_per_node=gpn)
+        if layout.dp_replicate > 1 or layout.tp > 1:  # HSDP / TP: fitted through helper.layouts
+            m["layout"] = {"dp_shard": layout.dp_shard, "dp_replicate": layout.dp_replicate, "tp": layout.tp}
         for name in ("micro_batch", "grad_accum", "nccl_algo", "nccl_proto", "num_workers", "padding"):
             m[name] = values[name]
         if "prefetch_factor" in values:

@@ -9,9 +9,9 @@ trial after trial:
   NVLink; torchtitan and Megatron keep TP inside a node) and the model's attention and
   key/value heads (each TP rank holds whole heads);
 - an HSDP shard group must divide the data-parallel ranks (``world / tp_degree``);
-- a spec that searches a layout or checkpoints cannot use the sim launcher: helper has no
-  model of HSDP/TP or of checkpoint cost yet (issue 17 writes helper/layouts.py; this
-  refusal is lifted once the sim uses it).
+- the sim launcher models every layout knob and checkpointing (helper.layouts,
+  helper.checkpointing via tuner/launch/sim_layouts.py); :func:`sim_problem` is where a knob
+  it cannot model would be refused.
 
 Standard library only (the training rank imports :func:`hsdp_shard_size`).
 
@@ -94,14 +94,12 @@ def space_layout_problem(choices: Mapping[str, Sequence[Any]], baseline: Mapping
 
 
 def sim_problem(choices: Mapping[str, Sequence[Any]], *, checkpoint_every: int) -> tuple[str, str] | None:
-    """(key, problem) when the sim launcher would have to ignore a layout or checkpointing."""
-    for name, default in (("tp_degree", 1), ("shard_group_size", 0)):
-        if any(v != default for v in choices.get(name, ())):
-            return f"space.{name}", f"the sim launcher has no model of {name} yet; use launcher local or slurm"
-    if "hybrid_shard" in choices.get("sharding", ()):
-        return "space.sharding", "the sim launcher has no model of hybrid_shard yet; use launcher local or slurm"
-    if checkpoint_every:
-        return "trial.checkpoint_every", "the sim launcher has no model of checkpointing yet; set 0 or use local/slurm"
+    """(key, problem) when the sim launcher would have to ignore a layout or checkpointing, else None.
+
+    Nothing today: the sim models HSDP, tensor parallelism and DCP saves through helper.layouts
+    and helper.checkpointing (tuner/launch/sim_layouts.py). A layout knob the sim cannot model
+    (a future ``pp_degree``) is refused here.
+    """
     return None
 
 

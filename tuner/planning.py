@@ -9,6 +9,7 @@ writes RUNBOOK.md and runbook.html (``tuner.runbook``, which alone imports plotl
 
 from __future__ import annotations
 
+import copy
 import datetime as _dt
 import math
 from pathlib import Path
@@ -17,11 +18,7 @@ from typing import Any
 from helper import plan_training
 from tuner.errors import TunerError
 
-__all__ = ["run_plan", "format_plan", "validate_plan", "proxy_spec", "WORKLOAD_SHARDINGS"]
-
-WORKLOAD_SHARDINGS = ("full_shard", "shard_grad_op")
-"""Layouts the trial workload runs before issue 16's hybrid_shard / tp_degree / pp_degree land;
-read from the knob catalogue at run time, this is only the fallback when it cannot be read."""
+__all__ = ["run_plan", "format_plan", "validate_plan", "proxy_spec"]
 
 
 def _fmt_h(hours: float) -> str:
@@ -105,49 +102,44 @@ def _gib(value: float | None) -> str:
     return f"{value:.2f}" if isinstance(value, (int, float)) else "-"
 
 
-def _workload_layouts() -> tuple[str, ...]:
-    from tuner.knobs import KNOBS
-    return tuple(KNOBS["sharding"].choices) if "sharding" in KNOBS else WORKLOAD_SHARDINGS
-
-
 def proxy_spec(plan: dict[str, Any], *, name: str, micro_batches=(2, 4, 8), target: str = "cpu",
                launcher: str = "local") -> tuple[dict[str, Any], list[str]]:
     """The proxy study (raw spec dict) in the chosen layout, and notes on any fallback.
 
-    ``target="cpu"``: the tiny preset on 2 CPU processes (gloo). ``target="gpu"``: the ~1.1B
+    The layout's knobs are the workload's (``sharding``, ``shard_group_size``, ``tp_degree``),
+    scaled to the proxy by :func:`tuner.proxy_layout.proxy_layout_knobs`; PP falls back to
+    FSDP (a note says so). ``target="cpu"``: the tiny preset on 2 CPU processes (4 for HSDP
+    with TP; gloo). ``target="gpu"``: the ~1.1B
     ``llama-1b`` preset (the nearest preset to a 1.3B proxy) on 4 of the plan's GPUs (NCCL),
     at the plan's sequence length, through ``launcher`` (``local`` or ``slurm``).
 
     The grid holds one micro-batch more than is run (``max_trials`` = ``len(micro_batches)``):
     Optuna's GridSampler calls ``study.stop()`` when its grid is used up, which raises outside
     ``study.optimize`` (the coordinator's ask/tell loop)."""
-    from tuner.knobs import KNOBS
-    knobs = dict(plan["chosen"]["workload_knobs"])
-    notes = []
-    supported = _workload_layouts()
-    if knobs.get("sharding") not in supported:
-        notes.append(f"the workload has no sharding={knobs['sharding']} yet; measured full_shard instead")
-        knobs["sharding"] = "full_shard"
-    for k in ("tp_degree", "pp_degree"):
-        if k in knobs and k not in KNOBS:
-            notes.append(f"the workload has no {k} knob yet; measured without it")
-            knobs.pop(k)
+    from helper.presets import get_preset
+    from tuner.proxy_layout import proxy_layout_knobs, proxy_world_size
+    if target not in ("cpu", "gpu"):
+        raise TunerError(f"--proxy: {target!r} is not cpu or gpu")
+    preset = "tiny" if target == "cpu" else "llama-1b"
+    plan_knobs = plan["chosen"]["workload_knobs"]
+    world = proxy_world_size(plan_knobs) if target == "cpu" else 4
+    arch = get_preset(preset)
+    knobs, notes = proxy_layout_knobs(plan_knobs, world_size=world, gpus_per_node=world,
+                                      n_heads=arch.n_heads, n_kv_heads=arch.n_kv_heads)
     space = {"micro_batch": [*micro_batches, 2 * micro_batches[-1]], "padding": ["packed"], "grad_accum": [1], "num_workers": [0],
              **{k: [v] for k, v in knobs.items()}}
     raw = {"study": {"name": name, "sampler": "grid", "seed": 0, "ablation_share": 0.0},
            "budget": {"limit": "0.5gpuh"},
            "model": {"preset": "tiny", "seq_len": 256, "dtype": "auto"},
            "data": {"source": "synthetic", "tokenizer": "train", "vocab_size": 8000, "num_examples": 2000},
-           "cluster": {"launcher": launcher, "nodes": 1, "gpus_per_node": 2, "backend": "gloo", "gpu": "cpu"},
-           "trial": {"warmup_steps": 2, "measure_steps": 6, "timeout_s": 300, "estimate_gpu_seconds": 60},
+           "cluster": {"launcher": launcher, "nodes": 1, "gpus_per_node": world, "backend": "gloo", "gpu": "cpu"},
+           "trial": {"warmup_steps": 2, "measure_steps": 6, "timeout_s": 300, "estimate_gpu_seconds": 30 * world},
            "space": space}
     if target == "gpu":
-        raw["model"] = {"preset": "llama-1b", "seq_len": plan["inputs"]["seq_len"], "dtype": "auto"}
+        raw["model"] = {"preset": preset, "seq_len": plan["inputs"]["seq_len"], "dtype": "auto"}
         raw["cluster"] = {"launcher": launcher, "nodes": 1, "gpus_per_node": 4, "backend": "nccl",
                           "gpu": plan["inputs"]["gpu"]}
         space["num_workers"] = [4]
-    elif target != "cpu":
-        raise TunerError(f"--proxy: {target!r} is not cpu or gpu")
     return raw, notes
 
 
@@ -159,6 +151,7 @@ def validate_plan(plan: dict[str, Any], plan_args: dict[str, Any], *, out_dir: P
     from helper.throughput import step_time_breakdown
     from tuner.coordinator import RunOptions, run_study
     from tuner.distill import study_measurements
+    from tuner.proxy_layout import layout_rows
     from tuner.spec import parse_spec
     from tuner.study import load_existing_study
 
@@ -171,14 +164,14 @@ def validate_plan(plan: dict[str, Any], plan_args: dict[str, Any], *, out_dir: P
                                max_trials=len(raw["space"]["micro_batch"]) - 1, ablation=False),
               on_event=lambda e: print(f"proxy trial {e.number}: {e.kind}", flush=True) if e.kind == "end" else None)
     study = load_existing_study(url, name)
-    measurements = study_measurements(study)
+    measurements = study_measurements(study)  # HSDP/TP trials too: fit through helper.layouts
     if not measurements:
         raise TunerError(f"plan --validate: no proxy trial finished ok; see the logs under {out_dir / 'runs'}")
     base = helper.load_calibration(plan_args.get("calibration"))
     refit = helper.fit_calibration(measurements, base=base)
-    rows = []
+    rows = layout_rows(study, raw, {"before": base, "after": refit})  # HSDP/TP rows: helper.layouts
     peaks = {t.number: t.user_attrs.get("peak_mem_gib") for t in study.trials}
-    for m in measurements:
+    for m in (m for m in measurements if not m.get("layout")):  # FSDP rows
         step_plan, _ = helper.measurement_plan(m)
         before = step_time_breakdown(step_plan, resolve_constants(base, m["gpu"])[0])["tokens_per_sec_per_gpu"]
         after = step_time_breakdown(step_plan, resolve_constants(refit, m["gpu"])[0])["tokens_per_sec_per_gpu"]
@@ -194,13 +187,14 @@ def validate_plan(plan: dict[str, Any], plan_args: dict[str, Any], *, out_dir: P
                          activation_checkpointing=m["activation_checkpointing"],
                          reshard_after_forward=m.get("reshard_after_forward", True))["total"] * 1e9 / 2**30})
     residual = sorted(abs(r["refit_error_pct"]) for r in rows)[len(rows) // 2]
-    same_gpu = measurements[0]["gpu"] == plan["inputs"]["gpu"]
-    new_plan = plan_training(**{**plan_args, "calibration": refit}) if same_gpu else plan
+    proxy_gpu = raw["cluster"]["gpu"]
+    same_gpu = proxy_gpu == plan["inputs"]["gpu"]
+    new_plan = plan_training(**{**plan_args, "calibration": refit}) if same_gpu else copy.deepcopy(plan)
     before_band = plan["chosen"]["band_pct"]
     after_band = new_plan["chosen"]["band_pct"] if same_gpu else math.hypot(before_band, residual)
     note = ("the proxy ran on the plan's GPU: the plan is re-computed with the refitted calibration"
             if same_gpu else
-            f"the proxy ran on {measurements[0]['gpu']}, not {plan['inputs']['gpu']}: it checks the model's "
+            f"the proxy ran on {proxy_gpu}, not {plan['inputs']['gpu']}: it checks the model's "
             "structure (FLOPs, collectives, memory), not the GPU's constants, so the plan's numbers stay and "
             "the band widens by the proxy's remaining error")
     validation = {"where": (f"CPU processes via the {launcher} launcher" if not same_gpu

@@ -17,7 +17,9 @@ on top of it:
 - measurement noise: a per-trial offset (run-to-run variation, 1%), step-to-step AR(1)
   variation of the step time (phi 0.6, 3%), and an occasional straggler step (3% of steps,
   20-60% slower): step times of real jobs are autocorrelated (data-loader hiccups,
-  communication contention), which is what the statistics stage must cope with.
+  communication contention), which is what the statistics stage must cope with;
+- HSDP and tensor-parallel layouts, and DCP checkpoint saves, through helper.layouts and
+  helper.checkpointing (tuner/launch/sim_layouts.py).
 
 Everything is deterministic for a given (seed, trial number). Reported GPU-seconds are
 simulated (world size x simulated wall time); the study is flagged `simulated`.
@@ -33,6 +35,7 @@ import numpy as np
 
 from tuner import knobs
 from tuner.launch.base import Launcher, TrialRequest, TrialResult
+from tuner.launch.sim_layouts import checkpoint_cost, layout_adjustment
 from tuner.launch.sim_physics import SimTruth, physics_for
 from tuner.launch.sim_physics import preflight as physics_preflight
 from tuner.launch.sim_physics import truth as physics_truth
@@ -140,12 +143,29 @@ class SimLauncher(Launcher):
 
         tokens_per_sec_per_gpu = truth.tokens_per_sec_per_gpu
         real_tokens_per_step = efficiency * micro_batch * grad_accum * row_len * world
-        peak_mem_gib = truth.peak_mem_gb * 1e9 / 2**30
-        if truth.status == "oom":
+        peak_mem_gb, status, message = truth.peak_mem_gb, truth.status, truth.message
+        mfu = truth.details.get("mfu")
+        layout = layout_adjustment(model, p, gpu=c.gpu, world_size=world, gpus_per_node=c.gpus_per_node,
+                                   micro_batch=micro_batch, seq_len=row_len, activation_checkpointing=ckpt,
+                                   grad_accum=grad_accum, reshard_after_forward=reshard)
+        if layout:  # HSDP / TP on top of this cluster's FSDP: helper.layouts' ratio and memory delta
+            step_time_s = real_tokens_per_step / (tokens_per_sec_per_gpu * world) * layout["step_time_ratio"]
+            real_tokens_per_step /= layout["tp"]  # a TP group's rows count once
+            scale = real_tokens_per_step / (step_time_s * world) / tokens_per_sec_per_gpu
+            tokens_per_sec_per_gpu *= scale
+            mfu = mfu and mfu * scale
+            peak_mem_gb += layout["memory_delta_gb"]
+            if status in ("ok", "oom"):  # TP can make an FSDP-OOM config fit, and HSDP the reverse
+                status = "oom" if peak_mem_gb > truth.capacity_gb else "ok"
+                if status == "oom" and truth.status == "ok":
+                    message = (f"CUDA out of memory (simulated): needs {peak_mem_gb:.1f} GB "
+                               f"of {truth.capacity_gb:.0f} GB per GPU")
+        peak_mem_gib = peak_mem_gb * 1e9 / 2**30
+        if status == "oom":
             step_time_s = truth.step_time_s or 1.0
             wall = startup_s + step_time_s
             return TrialResult(status="oom", gpu_seconds=world * wall, wall_seconds=wall,
-                               peak_mem_gib=peak_mem_gib, message=truth.message, **common)
+                               peak_mem_gib=peak_mem_gib, message=message, **common)
         step_time_s = real_tokens_per_step / (tokens_per_sec_per_gpu * world)
 
         times = _step_times(rng, step_time_s, warmup_steps + spec.trial.measure_steps)
@@ -160,7 +180,13 @@ class SimLauncher(Launcher):
                                       stop_below=request.stop_below_tokens_per_sec_per_gpu)
                 if stopped:
                     break
-        wall = startup_s + float(np.sum(times[: warmup + len(values)]))
+        saves = None
+        if spec.trial.checkpoint_every:  # saved outside the timed step: wall time, not tokens/s
+            saves = checkpoint_cost(_n_params(model),
+                                    mode=spec.trial.checkpoint_mode, every=spec.trial.checkpoint_every,
+                                    steps=warmup + len(values), world_size=world, nodes=c.nodes,
+                                    step_time_s=step_time_s)
+        wall = startup_s + float(np.sum(times[: warmup + len(values)])) + (saves["total_blocking_s"] if saves else 0.0)
         cap = request.max_gpu_seconds
         if cap is not None and world * wall > cap:  # the budget's cap stops the job there
             elapsed = np.cumsum(times) + startup_s
@@ -176,12 +202,18 @@ class SimLauncher(Launcher):
         return TrialResult(status="ok", step_values=tuple(values), step_seconds=step_seconds, gpu_seconds=world * wall,
                            wall_seconds=wall, peak_mem_gib=peak_mem_gib, data_wait_frac=truth.data_wait_frac,
                            extra={"simulated": True, "noiseless_tokens_per_sec_per_gpu": tokens_per_sec_per_gpu,
-                                  "mfu": truth.details.get("mfu"), "model_source": truth.details.get("model_source"),
+                                  "mfu": mfu, "model_source": truth.details.get("model_source"),
                                   "sim_physics": None if physics.matched else physics.name,
                                   "padding_efficiency": efficiency, "measured_steps": len(values),
                                   "stopped_early": stopped or None,
+                                  "layout": layout["layout"] if layout else None, "checkpoint": saves,
                                   "measure_seconds": wall - startup_s},
                            **common)
+
+
+def _n_params(model: str) -> float:
+    from helper.sizes import parse_model_size
+    return parse_model_size(model).n_params
 
 
 def _rows(padding: str, seq_len: int, micro_batch: int) -> tuple[int, float, float]:
