@@ -71,13 +71,18 @@ def _row_len(params: dict[str, Any], seq_len: int) -> int:
 
 
 def predicted_memory_gb(spec: StudySpec, params: dict[str, Any]) -> float | None:
-    """helper.estimate_memory's peak per GPU for a complete config (None: no preset)."""
+    """helper's peak memory per GPU for a complete config, its layout included (None: no preset)."""
     if not spec.model.preset:
         return None
+    from tuner.launch.sim_layouts import layout_memory_delta_gb
+
     c = spec.cluster
-    return _memory(spec.model.preset, c.world_size, c.gpu, int(params["micro_batch"]),
-                   _row_len(params, spec.model.seq_len), bool(params["activation_checkpointing"]),
-                   int(params["grad_accum"]), knobs.fsdp_reshard_after_forward(params))
+    common = dict(micro_batch=int(params["micro_batch"]), seq_len=_row_len(params, spec.model.seq_len),
+                  activation_checkpointing=bool(params["activation_checkpointing"]), grad_accum=int(params["grad_accum"]))
+    fsdp = _memory(spec.model.preset, c.world_size, c.gpu, *common.values(), knobs.fsdp_reshard_after_forward(params))
+    # HSDP / TP: the same layout model the sim and the planner use (helper.layouts)
+    return fsdp + layout_memory_delta_gb(spec.model.preset, params, gpu=c.gpu, world_size=c.world_size,
+                                         gpus_per_node=c.gpus_per_node, **common)
 
 
 @functools.lru_cache(maxsize=4096)

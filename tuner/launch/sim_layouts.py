@@ -58,7 +58,7 @@ def layout_adjustment(model: str, params: Mapping[str, Any], *, gpu: str, world_
     ``layout`` (helper's name and mesh).
     """
     from helper.calibration import resolve_constants
-    from helper.layouts import layout_memory, layout_step_time
+    from helper.layouts import layout_step_time
 
     layout = sim_layout(params, world_size=world_size, gpus_per_node=gpus_per_node)
     fsdp = Layout(dp_shard=world_size)
@@ -70,9 +70,26 @@ def layout_adjustment(model: str, params: Mapping[str, Any], *, gpu: str, world_
     times = [layout_step_time(model, lay, constants=constants, gpus_per_node=gpus_per_node,
                               reshard_after_forward=reshard_after_forward, **common)["step_time_s"]
              for lay in (layout, fsdp)]
-    memory = [layout_memory(model, lay, **common)["total"] for lay in (layout, fsdp)]
-    return {"step_time_ratio": times[0] / times[1], "memory_delta_gb": memory[0] - memory[1], "tp": layout.tp,
+    return {"step_time_ratio": times[0] / times[1],
+            "memory_delta_gb": layout_memory_delta_gb(model, params, world_size=world_size,
+                                                      gpus_per_node=gpus_per_node, **common),
+            "tp": layout.tp,
             "layout": {"name": layout.name, "mesh": [layout.dp_replicate, layout.dp_shard, layout.tp]}}
+
+
+def layout_memory_delta_gb(model: str, params: Mapping[str, Any], *, gpu: str, world_size: int, gpus_per_node: int,
+                           micro_batch: int, seq_len: int, activation_checkpointing: bool, grad_accum: int) -> float:
+    """Peak memory per GPU of the knobs' layout minus FSDP's over every GPU (helper.layouts; 0
+    for FSDP): what the layout adds to an FSDP memory prediction (the sim, tuner.screening)."""
+    from helper.layouts import layout_memory
+
+    layout = sim_layout(params, world_size=world_size, gpus_per_node=gpus_per_node)
+    fsdp = Layout(dp_shard=world_size)
+    if layout == fsdp:
+        return 0.0
+    common = dict(gpu=gpu, micro_batch=micro_batch, seq_len=seq_len,
+                  activation_checkpointing=activation_checkpointing, grad_accum=grad_accum)
+    return layout_memory(model, layout, **common)["total"] - layout_memory(model, fsdp, **common)["total"]
 
 
 def checkpoint_cost(n_params: float, *, mode: str, every: int, steps: int, world_size: int, nodes: int,
