@@ -127,7 +127,10 @@ def plan_ablation_once(study: optuna.Study, spec: StudySpec, trials: Sequence[op
                                                 n_boot=0)["knobs"] if d["total"] is not None]
     candidates = [p for p in reliable[1:] if config_key(p) != config_key(base.params)][:N_CANDIDATES]
     reverts = plan_ablation(spec, best_params, base.params, order)
+    # a study extended after its ablation plans another round (tuner.study); analysis reads the latest
+    round_ = 1 + max((t.user_attrs.get("ablation_round", 1) for t in trials if t.user_attrs.get("role") == "ablation"),
+                     default=0)
     for params, extra in plan_runs(reverts, base.params, candidates):
-        study.enqueue_trial(params, user_attrs={"role": "ablation", "ablation_of": best.number, **extra},
-                            skip_if_exists=False)
+        study.enqueue_trial(params, user_attrs={"role": "ablation", "ablation_of": best.number,
+                                                "ablation_round": round_, **extra}, skip_if_exists=False)
     return True

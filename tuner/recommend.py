@@ -118,10 +118,9 @@ def ablation_effects(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float,
                      baseline_params: dict[str, Any] | None) -> dict[str, Any] | None:
     """Each knob's worth: re-measured reference / its one-knob revert - 1, CIs with run-to-run
     variation, Holm-corrected significance; failed runs listed (a failed revert is a failure)."""
-    # an extended study plans its ablation again for its new best (tuner.study): the latest
-    # round counts (a round re-measuring the same best pools with the earlier one)
-    latest = max((t for t in trials if t.role == "ablation"), key=lambda t: t.number, default=None)
-    abl = [t for t in trials if t.role == "ablation" and t.state == "COMPLETE" and t.ablation_of == latest.ablation_of]
+    # an extended study plans its ablation again for its new best (tuner.ablation): the latest round counts
+    latest = max((t.ablation_round or 1 for t in trials if t.role == "ablation"), default=1)
+    abl = [t for t in trials if t.role == "ablation" and t.state == "COMPLETE" and (t.ablation_round or 1) == latest]
     reverts = [t for t in abl if t.ablation_knob is not None]
     if not reverts:
         return None

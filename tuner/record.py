@@ -30,7 +30,9 @@ class TrialRecord:
     role: str | None = None
     ablation_knob: str | None = None
     ablation_of: int | None = None
-    """Ablation runs: the trial whose config the round re-measures (one round per best)."""
+    """Ablation runs: the trial whose config the round re-measures."""
+    ablation_round: int | None = None
+    """Ablation runs: 1 for the first round, 2 for the one a budget extension planned, ..."""
     gpu_seconds: float | None = None
     reserved_gpu_seconds: float | None = None
     startup_gpu_seconds: float | None = None
@@ -91,6 +93,7 @@ def study_record(study: optuna.Study) -> StudyRecord:
             steps=tuple(t.intermediate_values[k] for k in sorted(t.intermediate_values)),
             value=t.value, role=a.get("role"), step_seconds=_step_seconds(a, len(t.intermediate_values)),
             ablation_knob=a.get("ablation_knob"), ablation_of=a.get("ablation_of"),
+            ablation_round=a.get("ablation_round", 1 if a.get("role") == "ablation" else None),
             gpu_seconds=a.get("gpu_seconds"), reserved_gpu_seconds=a.get("reserved_gpu_seconds"),
             startup_gpu_seconds=(a["startup_seconds"] * a["world_size"]
                                  if a.get("startup_seconds") is not None and a.get("world_size") else None),

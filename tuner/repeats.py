@@ -60,12 +60,16 @@ def duplicate_of(params: dict[str, Any], trials: Iterable[optuna.trial.FrozenTri
 
 def unseen_config(spec: StudySpec, trials: Iterable[optuna.trial.FrozenTrial], *, seed: int,
                   near: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    """A random configuration of the space that no COMPLETE or RUNNING trial has, or None.
+    """A random configuration of the space that no COMPLETE or RUNNING trial has, and that
+    screening has not pruned (tuner.screening), or None.
 
     With ``near`` (the sampler's repeated suggestion), the unseen draw that differs from it
-    in the fewest knobs: the search stays where the sampler wanted to look.
+    in the fewest knobs: the search stays where the sampler wanted to look. A pruned config
+    is not offered as a replacement (it would be pruned again, and again); the sampler may
+    still propose it, and screening lets it through once evidence overrules the prune.
     """
-    seen = {config_key(t.params) for t in trials if t.state in (TrialState.COMPLETE, TrialState.RUNNING)}
+    seen = {config_key(t.params) for t in trials
+            if t.state in (TrialState.COMPLETE, TrialState.RUNNING) or t.user_attrs.get("status") == "pruned"}
     scratch = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
     best, best_distance = None, None
     for _ in range(MAX_DRAWS):

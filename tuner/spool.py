@@ -87,6 +87,7 @@ class Spool:
 def _result(raw: dict[str, Any]) -> TrialResult:
     raw = dict(raw)
     raw["step_values"] = tuple((int(s), float(v)) for s, v in raw.get("step_values", ()))
+    raw["step_seconds"] = tuple(float(x) for x in raw.get("step_seconds", ()))  # JSON gave lists back
     return TrialResult(**raw)
 
 
