@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from helper.compute import padded_rows
 from tuner import surrogate
 
 
@@ -35,6 +36,6 @@ def test_diverse_top_skips_configs_close_to_what_was_tried():
 
 
 def test_padded_rows_packed_and_max_length():
-    assert surrogate.padded_rows("max_length", 1024, 2, 256.0) == (1024, 0.25, 1.0)
-    row, eff, per_row = surrogate.padded_rows("packed", 1024, 2, 256.0)
+    assert padded_rows("max_length", 1024, 2, 256.0) == (1024, 0.25, 1.0)
+    row, eff, per_row = padded_rows("packed", 1024, 2, 256.0)
     assert (row, eff, per_row) == (1024, 1.0, 4.0)

@@ -35,6 +35,7 @@ from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
+from helper.compute import padded_rows
 from tuner import knobs, surrogate
 from tuner.optuna_internals import study_storage, trial_id
 from tuner.screening import PRIOR_MEMORY_MARGIN, nccl_problem
@@ -122,7 +123,7 @@ class _Grid:
 
         f = self.full[i]
         spec, c = self.spec, self.spec.cluster
-        row, eff, per_row = surrogate.padded_rows(f["padding"], spec.model.seq_len, int(f["micro_batch"]), mean_tokens)
+        row, eff, per_row = padded_rows(f["padding"], spec.model.seq_len, int(f["micro_batch"]), mean_tokens)
         key = (tuple(sorted((k, str(v)) for k, v in f.items() if k != "prefetch_factor")), row, round(per_row, 3))
         if key not in self._plans:
             try:
@@ -187,7 +188,7 @@ def _calibrated_constants(spec: StudySpec, grid: _Grid, ok: list[FrozenTrial], m
     best = sorted(ok, key=lambda t: -t.value)[:FIT_ON_BEST]
     for t in best + [t for t in ok if t.user_attrs.get("role") == "baseline" and t not in best]:
         f = complete_params(t.params, spec)
-        row, eff, per_row = surrogate.padded_rows(f["padding"], spec.model.seq_len, int(f["micro_batch"]), mean_tokens)
+        row, eff, per_row = padded_rows(f["padding"], spec.model.seq_len, int(f["micro_batch"]), mean_tokens)
         eff = float(t.user_attrs.get("padding_efficiency") or eff)
         measurements.append({
             "preset": spec.model.preset, "gpu": c.gpu, "gpu_count": c.world_size, "gpus_per_node": c.gpus_per_node,

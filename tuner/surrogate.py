@@ -16,35 +16,12 @@ probability that it fits in memory.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from scipy.linalg import solve_triangular
 from scipy.stats import norm
 
-__all__ = ["padded_rows", "residual_gp", "expected_improvement", "prob_fits", "diverse_top", "hamming"]
+__all__ = ["residual_gp", "expected_improvement", "prob_fits", "diverse_top", "hamming"]
 
-
-def padded_rows(padding: str, seq_len: int, micro_batch: int, mean_tokens: float) -> tuple[int, float, float]:
-    """(computed row length, non-padding share, examples per row) for a padding mode.
-
-    Example:
-        >>> padded_rows("max_length", 2048, 4, 256.0)
-        (2048, 0.125, 1.0)
-        >>> padded_rows("packed", 2048, 4, 256.0)
-        (2048, 1.0, 8.0)
-    """
-    from helper import estimate_padding_efficiency
-
-    mean = min(float(mean_tokens), float(seq_len))
-    efficiency = estimate_padding_efficiency(padding, seq_len=seq_len, micro_batch=micro_batch,
-                                             mean_tokens_per_example=mean)
-    if padding == "packed":
-        return seq_len, 1.0, seq_len / mean
-    if padding == "longest":
-        row = min(seq_len, max(1, math.ceil(mean / efficiency)))
-        return row, mean / row, 1.0
-    return seq_len, efficiency, 1.0
 
 
 def hamming(a: np.ndarray, b: np.ndarray) -> np.ndarray:

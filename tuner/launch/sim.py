@@ -33,6 +33,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from helper.compute import padded_rows
 from tuner import knobs
 from tuner.launch.base import Launcher, TrialRequest, TrialResult
 from tuner.launch.sim_layouts import checkpoint_cost, layout_adjustment
@@ -107,7 +108,7 @@ class SimLauncher(Launcher):
         padding = p["padding"]
         ckpt = bool(p["activation_checkpointing"])
         reshard = knobs.fsdp_reshard_after_forward(p)  # shard_grad_op: FSDP2 without it
-        row_len, efficiency, examples_per_row = _rows(padding, spec.model.seq_len, micro_batch)
+        row_len, efficiency, examples_per_row = padded_rows(padding, spec.model.seq_len, micro_batch)
 
         physics = physics_for(c.sim_physics, c.gpu)
         if physics.matched:
@@ -215,20 +216,6 @@ def _n_params(model: str) -> float:
     from helper.sizes import parse_model_size
     return parse_model_size(model).n_params
 
-
-def _rows(padding: str, seq_len: int, micro_batch: int) -> tuple[int, float, float]:
-    """(computed row length, non-padding share, examples per row) for a padding mode."""
-    from helper.throughput import DEFAULT_MEAN_TOKENS_PER_EXAMPLE, estimate_padding_efficiency
-
-    mean = min(float(DEFAULT_MEAN_TOKENS_PER_EXAMPLE), float(seq_len))
-    efficiency = estimate_padding_efficiency(padding, seq_len=seq_len, micro_batch=micro_batch,
-                                             mean_tokens_per_example=mean)
-    if padding == "packed":
-        return seq_len, 1.0, seq_len / mean
-    if padding == "longest":
-        row = min(seq_len, max(1, math.ceil(mean / efficiency)))
-        return row, mean / row, 1.0
-    return seq_len, efficiency, 1.0
 
 
 def _step_times(rng: np.random.Generator, step_time_s: float, n: int) -> np.ndarray:

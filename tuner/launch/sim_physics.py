@@ -27,11 +27,12 @@ differ from helper's in the ways a real cluster does (the seed picks one such cl
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from helper.compute import padded_rows
 
 __all__ = ["SimPhysics", "SimTruth", "parse_sim_physics", "physics_for", "truth", "PERTURB_RANGE"]
 
@@ -120,20 +121,6 @@ def physics_for(value: str, gpu: str) -> SimPhysics:
                       tree_falls_back=bool(rng.random() < 0.5))
 
 
-def _rows(padding: str, seq_len: int, micro_batch: int, mean_tokens: float) -> tuple[int, float, float]:
-    """(computed row length, non-padding share, examples per row) for a padding mode."""
-    from helper import estimate_padding_efficiency
-
-    mean = min(float(mean_tokens), float(seq_len))
-    efficiency = estimate_padding_efficiency(padding, seq_len=seq_len, micro_batch=micro_batch,
-                                             mean_tokens_per_example=mean)
-    if padding == "packed":
-        return seq_len, 1.0, seq_len / mean
-    if padding == "longest":
-        row = min(seq_len, max(1, math.ceil(mean / efficiency)))
-        return row, mean / row, 1.0
-    return seq_len, efficiency, 1.0
-
 
 def truth(physics: SimPhysics, *, model: str, world: int, gpu: str, gpus_per_node: int, seq_len: int,
           params: dict[str, Any], reshard_after_forward: bool) -> SimTruth:
@@ -146,7 +133,7 @@ def truth(physics: SimPhysics, *, model: str, world: int, gpu: str, gpus_per_nod
     mb, ga = int(p["micro_batch"]), int(p["grad_accum"])
     ckpt = bool(p["activation_checkpointing"])
     workers = int(p["num_workers"])
-    row_len, efficiency, per_row = _rows(p["padding"], seq_len, mb,
+    row_len, efficiency, per_row = padded_rows(p["padding"], seq_len, mb,
                                          DEFAULT_MEAN_TOKENS_PER_EXAMPLE * physics.mean_tokens_factor)
     algo = p["nccl_algo"]
     if physics.tree_falls_back and str(algo).lower() == "tree":
