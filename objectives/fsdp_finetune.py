@@ -19,17 +19,18 @@ from __future__ import annotations
 
 import os
 import random
-import resource
 import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 # Layouts and checkpoints: their own modules (torch imported lazily inside).
 from objectives.checkpoint import Checkpointer
+
+# Peak memory, process age, peak FLOPs and FLOPs per token: objectives.metrics.
+from objectives.metrics import model_flops_per_token, peak_flops_for, peak_memory_gib, process_age_s
 from objectives.parallel import build_mesh, build_parallel_model, gpus_per_node_from_env, plan_layout
 
 # The trial config: parsed and validated in objectives.trial_config, re-exported here.
@@ -47,22 +48,10 @@ __all__ = ["main", "load_config", "parse_config", "TrialConfig", "Knobs", "Trial
            "peak_flops_for", "model_flops_per_token",
            "peak_memory_gib", "process_age_s"]
 
-_IMPORT_S = time.perf_counter()
-
 # ------------------------------------------------------------------------------ defaults
 LEARNING_RATE = 2e-5  # Stanford Alpaca's fine-tuning LR (tatsu-lab/stanford_alpaca README); values don't change speed
 NCCL_ENV_VARS = tuple(catalogue.KNOBS[name].env_var for name in catalogue.LAUNCH_KNOBS)
 CONFIG_ERROR_GRACE_S = 10.0  # how long ranks > 0 wait for rank 0 to report a config error
-# CUDA device name -> helper.gpus entry whose datasheet peak gives MFU, most specific first.
-# Variants with another peak map to None (PCIe/NVL H100 and H200 have lower clocks: H100
-# PCIe 756 TF, H100 NVL 835 TF dense bf16, NVIDIA datasheets; GH200 is a different board):
-# an unknown device gets no MFU rather than a wrong one. A100 is 312 TF in every form factor.
-CUDA_NAME_TO_GPU: tuple[tuple[str, str | None], ...] = (
-    ("GH200", None), ("H100 PCIe", None), ("H100 NVL", None), ("H200 NVL", None),
-    ("H100", "H100-80GB"), ("H200", "H200-141GB"), ("A100", "A100-80GB"),
-)
-
-
 # ------------------------------------------------------------------- protocol output
 
 def classify_error(exc: BaseException) -> str:
@@ -86,60 +75,6 @@ def error_event(exc: BaseException, *, rank: int) -> dict[str, Any]:
     """
     text = " | ".join(ln.strip() for ln in str(exc).splitlines() if ln.strip())
     return protocol.error_event(kind=classify_error(exc), message=f"{type(exc).__name__}: {text}", rank=rank)
-
-
-# ------------------------------------------------------------------------ measurement
-
-def peak_memory_gib(device) -> tuple[float, str]:
-    """(peak, what it measures): CUDA allocator peak on GPU, the process's peak RSS on CPU."""
-    import torch
-
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**30, "cuda_max_allocated"
-    try:  # VmHWM is the peak RSS that a resident worker resets per trial (proc(5): clear_refs "5")
-        status = Path("/proc/self/status").read_text()
-        return int(status.split("VmHWM:")[1].split()[0]) * 1024 / 2**30, "cpu_peak_rss"  # kB
-    except (OSError, IndexError, ValueError):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30, "cpu_peak_rss"  # KiB on Linux
-
-
-def process_age_s() -> float:
-    """Seconds since this process started (Linux /proc), else since this module's import."""
-    try:
-        stat = Path("/proc/self/stat").read_text()
-        start_ticks = int(stat[stat.rfind(")") + 2:].split()[19])  # field 22, starttime (proc(5))
-        return time.clock_gettime(time.CLOCK_BOOTTIME) - start_ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, AttributeError):
-        return time.perf_counter() - _IMPORT_S
-
-
-def peak_flops_for(device_name: str) -> tuple[str | None, float | None]:
-    """(helper GPU name, dense bf16 peak FLOP/s) of a CUDA device name; (None, None) if unknown.
-
-    Example:
-        >>> peak_flops_for("NVIDIA H100 80GB HBM3"), peak_flops_for("NVIDIA H100 PCIe")
-        (('H100-80GB', 989000000000000.0), (None, None))
-    """
-    from helper.gpus import get_gpu
-
-    for pattern, gpu in CUDA_NAME_TO_GPU:
-        if pattern.lower() in device_name.lower():
-            return (gpu, get_gpu(gpu).peak_flops) if gpu else (None, None)
-    return None, None
-
-
-def model_flops_per_token(hf_config, n_params: int, seq_len: int) -> float:
-    """Model FLOPs per trained token, via helper.throughput.flops_per_token (6 N_matmul +
-    12 L H T; recomputation from checkpointing not counted, as MFU is defined)."""
-    from helper.presets import ModelArch
-    from helper.sizes import ModelShape
-    from helper.throughput import flops_per_token
-
-    c = hf_config
-    arch = ModelArch(name="trial", n_layers=c.num_hidden_layers, hidden=c.hidden_size, n_heads=c.num_attention_heads,
-                     n_kv_heads=getattr(c, "num_key_value_heads", None) or c.num_attention_heads,
-                     intermediate=c.intermediate_size, vocab=c.vocab_size, max_seq_len=seq_len)
-    return flops_per_token(ModelShape(n_params=float(n_params), arch=arch, label="trial", note=""), seq_len)
 
 
 # ---------------------------------------------------------------------- data and model
