@@ -191,7 +191,7 @@ def drill_report(events: Sequence[Mapping[str, Any]], *, kill_time: float, every
     the dead rank and stopping the others), restart (new process start -> the first step
     after the restart starts, less the reload: imports, process group, data, model), reload,
     and the steps redone. ``lost_s`` is kill -> the end of the first step past the progress
-    made before the kill; ``bound_s`` = checkpoint interval (``every`` steps at the median wall
+    made before the kill; ``bound_s`` = checkpoint interval (``every`` steps at the mean wall
     time between step lines, before the kill or while redoing, whichever is slower) +
     detection + restart + reload.
 
@@ -209,16 +209,18 @@ def drill_report(events: Sequence[Mapping[str, Any]], *, kill_time: float, every
     after = [e for e in events[resume_at:] if e.get("event") == "step"]
     done_before = before[-1]["step"] + 1 if before else 0  # steps completed before the kill
     first_new = next(e for e in after if e["step"] + 1 > done_before)
-    # Wall time per step: the median gap between step lines (the step plus what runs between
+    # Wall time per step: the mean gap between step lines (the step plus what runs between
     # steps), before the kill and while redoing; the interval is counted at the slower rate
-    # (the restarted processes may run slower at first: cold caches, a loaded machine).
-    def median_gap(steps: Sequence[Mapping[str, Any]], first_s: float) -> float:
-        gaps = sorted([first_s] + [b["unix_time"] - a["unix_time"] for a, b in zip(steps, steps[1:], strict=False)])
-        return gaps[len(gaps) // 2]
+    # (the restarted processes may run slower at first: cold caches, a loaded machine). The
+    # mean, not the median: the redone steps' wall time is their sum, so with fewer than
+    # ``every`` steps redone it is at most ``every`` x their mean gap, whatever their spread.
+    def mean_gap(steps: Sequence[Mapping[str, Any]], first_s: float) -> float:
+        gaps = [first_s] + [b["unix_time"] - a["unix_time"] for a, b in zip(steps, steps[1:], strict=False)]
+        return sum(gaps) / len(gaps)
 
     redo = [e for e in after if e["step"] <= first_new["step"]]
-    step_before_s = median_gap(before, before[0]["seconds"] if before else after[0]["seconds"])
-    step_after_s = median_gap(redo, redo[0]["seconds"])
+    step_before_s = mean_gap(before, before[0]["seconds"] if before else after[0]["seconds"])
+    step_after_s = mean_gap(redo, redo[0]["seconds"])
     step_s = max(step_before_s, step_after_s)
     detection = resume["process_start"] - kill_time
     restart = after[0]["unix_time"] - after[0]["seconds"] - resume["reload_s"] - resume["process_start"]

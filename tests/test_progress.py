@@ -141,7 +141,8 @@ def frames(screen):
 
 @pytest.mark.slow
 def test_on_a_terminal_the_running_trial_ticks_and_steps_arrive(tmp_path):
-    screen = run_in_pty(tmp_path, max_trials=2)
+    # four trials: warm ones take ~3 s each here, and the ETA needs 10 s of the run's own pace
+    screen = run_in_pty(tmp_path, max_trials=4)
     shown = frames(screen)
     running = [f for f in shown if "running" in f]
     assert any(re.search(r"trial 0 running 00:0[1-9]", f) for f in running)            # elapsed moves
