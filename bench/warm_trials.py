@@ -90,6 +90,8 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-gpu-seconds", type=float, default=288.0, help="per real row (default 0.08 GPU-h)")
     ap.add_argument("--sim-only", action="store_true")
     ap.add_argument("--real-only", action="store_true")
+    ap.add_argument("--sampler", default=None,
+                    help="the sim rows' sampler (default: the spec's, `auto`: the model-guided one for that spec)")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="warm-bench-") as tmp:
         work = Path(tmp)
@@ -107,9 +109,11 @@ def main(argv=None) -> int:
             print_table(rows, "GPU-s")
         if not args.real_only:
             big = load_spec(ROOT / "studies/llama7b-h100x32.toml")
+            if args.sampler:
+                big = dataclasses.replace(big, study=dataclasses.replace(big.study, sampler=args.sampler))
             rows = [run_row(f"7B x 32 sim, {'warm' if r else 'cold'}", big, resident=r,
                             budget_gpu_seconds=40 * 3600.0, work=work, launcher="sim") for r in (False, True)]
-            print("\nsim: llama7b-h100x32, 40 GPU-h\n")
+            print(f"\nsim: llama7b-h100x32, 40 GPU-h, sampler {big.study.sampler}\n")
             print_table(rows, "GPU-h")
     return 0
 
