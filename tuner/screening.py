@@ -60,14 +60,10 @@ class Verdict:
 
 
 def _row_len(params: dict[str, Any], seq_len: int) -> int:
-    from helper import DEFAULT_MEAN_TOKENS_PER_EXAMPLE, estimate_padding_efficiency
+    """The computed row length of a config's padding mode (helper.compute.padded_rows)."""
+    from helper.compute import padded_rows
 
-    if params.get("padding") != "longest":
-        return seq_len
-    mean = min(float(DEFAULT_MEAN_TOKENS_PER_EXAMPLE), float(seq_len))
-    eff = estimate_padding_efficiency("longest", seq_len=seq_len, micro_batch=int(params["micro_batch"]),
-                                      mean_tokens_per_example=mean)
-    return min(seq_len, max(1, math.ceil(mean / eff)))
+    return padded_rows(str(params.get("padding")), seq_len, int(params["micro_batch"]))[0]
 
 
 def predicted_memory_gb(spec: StudySpec, params: dict[str, Any]) -> float | None:
