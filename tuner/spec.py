@@ -12,7 +12,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import tomllib
 from dataclasses import dataclass, field
@@ -23,12 +22,14 @@ from tuner import layout_rules
 from tuner.budget import parse_budget
 from tuner.errors import BudgetError, SpecError
 from tuner.knobs import KNOBS, LAUNCH_KNOBS, activity_rule, is_active, value_problem
+from tuner.spec_fingerprint import FINGERPRINT_WHEN_SET, spec_fingerprint
 from tuner.spec_sections import (
     BACKENDS,
     DTYPES,
     KNOWN_KNOBS,
     LAUNCHERS,
     SAMPLERS,
+    SECTIONS,
     ClusterSection,
     DataSection,
     KnobSpace,
@@ -39,7 +40,7 @@ from tuner.spec_sections import (
 
 __all__ = [
     "SpecError", "StudySpec", "StudySection", "ModelSection", "DataSection", "ClusterSection",
-    "TrialSection", "KnobSpace", "load_spec", "parse_spec", "spec_fingerprint", "study_name_problem",
+    "TrialSection", "KnobSpace", "load_spec", "parse_spec", "spec_fingerprint", "FINGERPRINT_WHEN_SET", "study_name_problem",
     "KNOWN_KNOBS", "LAUNCH_KNOBS", "SAMPLERS",
 ]
 
@@ -93,51 +94,8 @@ def _sim_gpu_problem(gpu: str) -> str | None:
     return f"the sim launcher has no model of GPU {gpu!r}; one of {', '.join(GPUS)}"
 
 
-FINGERPRINT_WHEN_SET: tuple[tuple[str, str], ...] = (
-    # Spec fields added after the first release, as (section, field): the fingerprint leaves one
-    # out while it holds its dataclass default, so a study created by an older release (which
-    # never had the field) can still be joined, and a study that sets it still fingerprints it.
-    # One line per field; add yours here.
-    ("trial", "checkpoint_every"),
-    ("trial", "checkpoint_mode"),
-    ("trial", "warm_warmup_steps"),
-    ("cluster", "sim_physics"),
-)
-
-
-def _field_default(section: str, name: str) -> Any:
-    f = next(f for f in dataclasses.fields(_SECTIONS[section]) if f.name == name)
-    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-
-
-def spec_fingerprint(spec_dict: dict[str, Any]) -> str:
-    """sha256 of the canonical JSON of a spec dict (what joining coordinators must share).
-
-    The launcher is part of it: mixing simulated and measured trials in one study would
-    corrupt its record. Node-local folders (cache, shared dir, checkpoint dir) are not:
-    coordinators on other nodes may keep them elsewhere; nor is ``trial.resident``. Fields in FINGERPRINT_WHEN_SET are
-    left out while they hold their default (older releases did not have them).
-    """
-    spec_dict = json.loads(json.dumps(spec_dict))
-    spec_dict.get("data", {}).pop("cache_dir", None)
-    spec_dict.get("cluster", {}).pop("shared_dir", None)
-    spec_dict.get("trial", {}).pop("checkpoint_dir", None)
-    # warm or cold trials measure the same (only cost differs): coordinators may differ there
-    spec_dict.get("trial", {}).pop("resident", None)
-    for section, name in FINGERPRINT_WHEN_SET:
-        values = spec_dict.get(section, {})
-        if name in values and values[name] == json.loads(json.dumps(_field_default(section, name))):
-            del values[name]
-    canonical = json.dumps(spec_dict, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
 # ----------------------------------------------------------------------------- parsing
 
-_SECTIONS = {
-    "study": StudySection, "model": ModelSection, "data": DataSection,
-    "cluster": ClusterSection, "trial": TrialSection,
-}
 
 
 def load_spec(path: str | Path) -> StudySpec:
@@ -161,17 +119,17 @@ def parse_spec(raw: dict[str, Any], *, base_dir: Path | None = None, origin: str
     def fail(key: str, problem: str) -> SpecError:
         return SpecError(f"{origin}: {key}: {problem}")
 
-    unknown = set(raw) - set(_SECTIONS) - {"space", "baseline", "budget"}
+    unknown = set(raw) - set(SECTIONS) - {"space", "baseline", "budget"}
     if unknown:
-        raise fail(sorted(unknown)[0], f"unknown section; known: {', '.join([*_SECTIONS, 'budget', 'space', 'baseline'])}")
+        raise fail(sorted(unknown)[0], f"unknown section; known: {', '.join([*SECTIONS, 'budget', 'space', 'baseline'])}")
     if "study" not in raw or "name" not in raw.get("study", {}):
         raise fail("study.name", "missing (every study needs a name)")
 
     sections = {}
-    for name, cls in _SECTIONS.items():
+    for name, cls in SECTIONS.items():
         sections[name] = _build_section(cls, raw.get(name, {}), name, fail)
 
-    study, model, data, cluster, trial = (sections[n] for n in _SECTIONS)
+    study, model, data, cluster, trial = (sections[n] for n in SECTIONS)
     _check_study(study, fail)
     model = _check_model(model, base_dir, fail)
     data = _check_data(data, base_dir, fail)

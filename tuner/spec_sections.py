@@ -12,7 +12,7 @@ from typing import Any
 from tuner.knobs import KNOBS
 
 __all__ = ["StudySection", "ModelSection", "DataSection", "ClusterSection", "TrialSection", "KnobSpace",
-           "KNOWN_KNOBS", "SAMPLERS", "BACKENDS", "LAUNCHERS", "DTYPES"]
+           "KNOWN_KNOBS", "SAMPLERS", "BACKENDS", "LAUNCHERS", "DTYPES", "SECTIONS"]
 
 KNOWN_KNOBS = tuple(KNOBS)
 """Every knob a spec's [space] may search (the catalogue, tuner.knobs)."""
@@ -177,3 +177,8 @@ class KnobSpace:
                 return tuple(vals)
             return tuple(range(int(self.low), int(self.high) + 1, step))
         raise ValueError(f"knob {self.name}: a float range has no grid")
+
+
+SECTIONS = {"study": StudySection, "model": ModelSection, "data": DataSection,
+            "cluster": ClusterSection, "trial": TrialSection}
+"""A spec's TOML tables and the dataclass each is parsed into."""
