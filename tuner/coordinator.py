@@ -234,17 +234,18 @@ def _admit(study: optuna.Study, raw_storage: Any, spec: StudySpec, limits: tuple
         _fail_stale_trials(study)
         # a suggestion that repeats a finished config (tuner.repeats) or that screening prunes
         # (tuner.screening) is recorded unrun, and the loop asks again
+        first_estimate = scheduling.first_estimate(spec)
         for _ in range(MAX_PRUNED_IN_A_ROW):
             trials = study.get_trials(deepcopy=False)
             attrs = study.user_attrs
             admission = scheduling.next_admission(
-                ledger_from_trials(trials, limit), first_estimate_gpu_seconds=scheduling.first_estimate(spec),
+                ledger_from_trials(trials, limit), first_estimate_gpu_seconds=first_estimate,
                 search_limit_gpu_seconds=search_limit, ablation=ablation,
                 ablation_planned=bool(attrs.get("ablation_planned")),
                 queued=any(t.state == TrialState.WAITING for t in trials),
                 search_exhausted=bool(attrs.get("search_exhausted")),
                 estimate_gpu_seconds=batching.estimate_from_trials(
-                    trials, first_estimate_gpu_seconds=scheduling.first_estimate(spec), warm=warm))
+                    trials, first_estimate_gpu_seconds=first_estimate, warm=warm))
             if admission.action == "plan_ablation":  # the runs just enqueued are WAITING now
                 if not plan_ablation_once(study, spec, trials):
                     return None
