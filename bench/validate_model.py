@@ -69,14 +69,20 @@ def _err(pred: float, pub: float) -> str:
     return f"{100 * (pred / pub - 1):+.1f}%"
 
 
+def _gpu_label(row: dict) -> str:
+    """The row's GPU as a table shows it (a power-capped part carries its own label)."""
+    return row.get("gpu_label") or get_gpu(row["gpu"]).name
+
+
 def _cfg(row: dict) -> str:
-    ac = {False: "no AC", True: "AC", "selective": "selective AC"}.get(row.get("activation_checkpointing", False), "AC")
+    ac = {False: "no AC", True: "AC", "selective": "selective AC", "selective_op": "op-level selective AC"}.get(
+        row.get("activation_checkpointing", False), "AC")
     return f"seq {row['seq_len']}, mb {row['micro_batch']}, ga {row.get('grad_accum', 1)}, {ac}"
 
 
 def jobs_table(cal: dict) -> list[str]:
     """7B and 13B on 8 and 32 H100s next to the published figures."""
-    val = [r for r in PUBLISHED if r["role"] == "validation" and r["gpu"] == "H100-80GB"]
+    val = [r for r in PUBLISHED if r["role"] == "validation" and get_gpu(r["gpu"]).name == "H100-80GB"]
     mpt7 = next(r for r in val if r["label"] == "MPT-7b" and r["gpu_count"] == 8 and r["seq_len"] == 2048)
     mpt13 = [r for r in val if r["label"] == "MPT-13b" and r["gpu_count"] in (8, 32) and r["seq_len"] == 2048]
     tt8 = next(r for r in val if r["gpu_count"] == 8 and "torchtitan" in r["label"])
@@ -92,10 +98,10 @@ def jobs_table(cal: dict) -> list[str]:
                      f"| {pub_s} | {pred:,.0f} | {err} |")
 
     add("7B on 8 H100", mpt7, pub=mpt7["tokens_per_sec_per_gpu"])
-    add("7B on 8 H100", tt8, pub=tt8["tokens_per_sec_per_gpu"], what=" [500 W H100]")
+    add("7B on 8 H100", tt8, pub=tt8["tokens_per_sec_per_gpu"], what=" [96 GB HBM2e H100 at 500 W]")
     add("7B on 32 H100", mpt7, n=32, what=", same config on 32 GPUs")
     add("7B on 32 H100", tt128, n=32, pub=tt128["tokens_per_sec_per_gpu"],
-        what=" [500 W H100; published at 128 GPUs, nearest to 32]")
+        what=" [96 GB HBM2e H100 at 500 W; published at 128 GPUs, nearest to 32]")
     for r in mpt13:
         add(f"13B on {r['gpu_count']} H100", r, pub=r["tokens_per_sec_per_gpu"])
     return lines
@@ -108,7 +114,7 @@ def rows_table(cal: dict, role: str) -> tuple[list[str], list[float]]:
     for r in (r for r in PUBLISHED if r["role"] == role):
         pred, pub = predict(r, cal), r["tokens_per_sec_per_gpu"]
         errs.append(100 * (pred / pub - 1))
-        lines.append(f"| {r['label']} | {r['gpu_count']} x {r['gpu']} | {_cfg(r)} | {pub:,.0f} | {pred:,.0f} "
+        lines.append(f"| {r['label']} | {r['gpu_count']} x {_gpu_label(r)} | {_cfg(r)} | {pub:,.0f} | {pred:,.0f} "
                      f"| {_err(pred, pub)} | [{r['figure']}]({r['ref']}) |")
     return lines, errs
 
@@ -131,7 +137,7 @@ def oom_table() -> tuple[list[str], int, int]:
         cap = r.get("memory_capacity_gb", get_gpu(r["gpu"]).memory_gb)
         if mem["total"] > cap:
             bad += 1
-            lines.append(f"| {r['label']} | {r['gpu_count']} x {r['gpu']} | {_cfg(r)} | {mem['total']:.1f} | "
+            lines.append(f"| {r['label']} | {r['gpu_count']} x {_gpu_label(r)} | {_cfg(r)} | {mem['total']:.1f} | "
                          f"{cap:.1f} | [{r['figure']}]({r['ref']}) |")
     return lines, bad, len(rows)
 

@@ -31,7 +31,9 @@ def matmul_and_attention_flops(shape: ModelShape, seq_len: int, *,
 
     Matmuls: 6 N_matmul, x 8/6 under full checkpointing (forward again). Attention: the
     causal half of PaLM's 12 L H T (FlashAttention skips the masked blocks), x 4/3 under full
-    or selective checkpointing (selective recomputes the attention core, Korthikanti Sec. 4.3).
+    or selective checkpointing (selective recomputes the attention core, Korthikanti Sec. 4.3);
+    torchtitan's ``selective_op`` recomputes the k, o and MLP-up matmuls of every block
+    (2 x their parameters per token) and keeps SDPA's output.
 
     Example:
         >>> from helper.sizes import parse_model_size
@@ -46,6 +48,11 @@ def matmul_and_attention_flops(shape: ModelShape, seq_len: int, *,
         return mm * 8.0 / 6.0, att * 4.0 / 3.0
     if checkpointing == "selective":
         return mm, att * 4.0 / 3.0
+    if checkpointing == "selective_op":  # k, o and up projections forward again; SDPA is saved
+        kv = a.n_kv_heads * a.head_dim
+        h, i = float(a.hidden), float(a.intermediate)
+        again = (h * kv + h * h + h * i) / (2 * h * h + 2 * h * kv + 3 * h * i)
+        return mm + 2.0 * again * a.n_layers * shape.block_params, att
     return mm, att
 
 

@@ -7,9 +7,10 @@ ones (nanoGPT's rule: no number rather than a wrong one).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
-__all__ = ["GpuSpec", "GPUS", "get_gpu"]
+__all__ = ["GpuSpec", "GPUS", "get_gpu", "power_capped"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,7 +53,10 @@ _GPU_OVERHEAD_GB = 1.0
 
 # Capacity: the datasheets' "40GB"/"80GB"/"141GB" are binary sizes of the HBM stacks; the
 # usable total is nvidia-smi's memory.total (A100 40GB: 40960 MiB, A100 80GB: 81920 MiB,
-# H100 SXM 80GB: 81559 MiB, H200: 143771 MiB), in 1e9 bytes. Reading "80GB" as 80e9 bytes
+# H100 SXM 80GB: 81559 MiB, H200: 143771 MiB), in 1e9 bytes. Checked 2026-11-23 against
+# nvidia-smi tables quoted in public GitHub files: "NVIDIA A100-SXM4-40GB ... 40960MiB",
+# "NVIDIA A100-SXM4-80GB ... 81920MiB", "NVIDIA H100 80GB HBM3 ... 81559MiB", "NVIDIA H200 ...
+# 143771MiB" (each seen in several independent repositories; docs/validation.md). Reading "80GB" as 80e9 bytes
 # understated an H100 by 7 % and predicted published jobs out of memory (issue 13).
 _MIB = 2**20 / 1e9
 
@@ -118,3 +122,25 @@ def get_gpu(name: str | GpuSpec) -> GpuSpec:
         if key.lower() == str(name).strip().lower():
             return spec
     raise ValueError(f"unknown GPU {name!r}; known: {', '.join(GPUS)}")
+
+
+def power_capped(spec: GpuSpec, *, watts: float, tdp_watts: float) -> GpuSpec:
+    """``spec`` run under a power limit of ``watts`` (its datasheet TDP is ``tdp_watts``).
+
+    Dense matmuls are power-bound on these parts, so the power limit sets the sustained clock.
+    Dynamic power is P = a C V^2 f and, in the DVFS range, V rises with f, so P ~ f^3 and the
+    clock (and the tensor-core peak) scales as (watts / tdp_watts)^(1/3). A model, not a
+    measurement: torchtitan's H100 benchmark (500 W on a 700 W part) only bounds its peak
+    between the H100 NVL's 835 and the SXM's 989 TFLOP/s; this rule gives 884. The name is
+    kept so the part resolves the full-power part's calibrated constants.
+
+    Example:
+        >>> round(power_capped(get_gpu("H100-80GB"), watts=500, tdp_watts=700).peak_flops / 1e12)
+        884
+    """
+    if not 0 < watts <= tdp_watts:
+        raise ValueError(f"watts must be in (0, tdp_watts={tdp_watts}], got {watts}")
+    scale = (watts / tdp_watts) ** (1.0 / 3.0)
+    return dataclasses.replace(spec, peak_flops=spec.peak_flops * scale,
+                               source=f"{spec.source}; power-capped at {watts:g} W of {tdp_watts:g} W "
+                                      f"(peak x {scale:.3f}, helper.gpus.power_capped)")

@@ -82,7 +82,13 @@ def static_memory_gb(n_params: float, gpu_count: int, sharding: str) -> dict[str
             for k, b in BYTES_PER_PARAM.items()}
 
 
-CHECKPOINTING = ("none", "selective", "full")
+CHECKPOINTING = ("none", "selective", "selective_op", "full")
+"""``selective`` is Korthikanti et al.'s (keep the matmul outputs, recompute the attention core);
+``selective_op`` is torchtitan's op-level policy (``mode = "selective"``, ``selective_ac_option =
+"op"``): inside each block it saves the outputs of SDPA and of every other matmul and recomputes
+the rest, so the 2nd, 4th and 6th matmuls (k, o and the MLP's up projection) run again in
+backward (torchtitan parallelize_llama.py ``_custom_policy``: "Saves output of all compute ops,
+except every second mm", at 0413364 and 9dec370)."""
 
 
 def normalize_checkpointing(activation_checkpointing: bool | str | None) -> str:
@@ -119,7 +125,11 @@ def activation_bytes_per_token_per_layer(shape: ModelShape, *, dtype_bytes: int 
       and saves nothing large; no s x s matrix with SDPA / FlashAttention;
     - SwiGLU MLP: gate, up, silu(gate) and their product (4 p i).
 
-    That is 49.5 h bytes for Llama-2-7B. PyTorch's FSDP2 memory tracker on the real HF model
+    With a fused RMSNorm (torchtitan's ``fused_rmsnorm``: ``arch.fused_norm``) each norm keeps
+    its bf16 input instead of the fp32 upcast and the normalised copy: 4 h bytes less per
+    norm.
+
+    That is 49.5 h bytes for Llama-2-7B (41.5 h with the fused norm). PyTorch's FSDP2 memory tracker on the real HF model
     measures 50.0 h per layer for a multi-head h = 1024 block and the same bytes with 4x
     fewer kv heads (docs/validation.md, memory section), which this count follows. MPT (llm-foundry) keeps less:
     bf16 LayerNorms (input, output: 2 p h each), fused Wqkv output (3 p h), the flash output
@@ -144,12 +154,19 @@ def activation_bytes_per_token_per_layer(shape: ModelShape, *, dtype_bytes: int 
     h, i = float(a.hidden), float(a.intermediate)
     kv = float(a.n_kv_heads * a.head_dim)
     scores = (4.0 + p) * a.n_heads * float(seq_len) if attention == "eager" else 0.0
+    if checkpointing == "selective_op":  # block input, q, v, SDPA out (+ lse), MLP gate, down out
+        if a.family == "mpt":
+            raise ValueError("selective_op is torchtitan's Llama policy; MPT has no such mode")
+        return p * (h + h + kv + h + i + h) + 4 * a.n_heads
     if checkpointing == "selective":  # block input, q/k/v, o_proj out, MLP up (and gate), down out
         mlp_outs = 2 * i if a.family == "llama" else i
         return p * (h + (h + 2 * kv) + h + mlp_outs + h)
     if a.family == "mpt":
         return p * (2 * h + 2 * h + (h + 2 * kv) + 2 * h + 2 * i) + 4 * a.n_heads + scores
-    norms = 2 * 4 * h + 2 * 2 * p * h
+    # Per RMSNorm: HF keeps the fp32 upcast input (4h) and the normalised bf16 value the weight
+    # multiplies (p h); a fused kernel (``arch.fused_norm``) keeps only its bf16 input (p h).
+    # Both keep the output the next matmuls save (p h).
+    norms = 2 * ((p * h if a.fused_norm else 4 * h + p * h) + p * h)
     attention_b = 3 * p * h + 2 * p * h + p * h + 4 * a.n_heads
     mlp = 4 * p * i
     return norms + attention_b + mlp + scores
@@ -180,9 +197,9 @@ def activation_memory_gb(shape: ModelShape, *, micro_batch: int, seq_len: int,
     if mode == "full":
         kept = tokens * layers * dtype_bytes * shape.arch.hidden
         transient = max(logits, tokens * per_layer)
-    elif mode == "selective":
+    elif mode in ("selective", "selective_op"):
         kept_per_layer = activation_bytes_per_token_per_layer(shape, dtype_bytes=dtype_bytes,
-                                                              checkpointing="selective")
+                                                              checkpointing=mode)
         kept = tokens * layers * kept_per_layer
         transient = max(logits, tokens * (per_layer - kept_per_layer))
     else:
@@ -209,7 +226,8 @@ def estimate_memory(model_size: float | int | str | ModelShape, gpu_count: int =
             ``seq_len`` are given.
         seq_len: tokens per sequence.
         activation_checkpointing: ``False``/``"none"``, ``True``/``"full"`` (per-block
-            recomputation) or ``"selective"`` (keep matmul outputs, recompute the rest).
+            recomputation), ``"selective"`` (keep matmul outputs, recompute the rest) or
+            ``"selective_op"`` (torchtitan's op-level policy; see ``CHECKPOINTING``).
         grad_accum: micro-batches per optimizer step.
         reshard_after_forward: FSDP2's option (zero3 only): False keeps every block's
             gathered weights from forward to backward (no backward all-gather).
@@ -325,8 +343,8 @@ def _traced(shape: ModelShape, gpu_count: int, *, stage: str, micro_batch: int |
         raise ValueError(f"method='trace' models FSDP2 (zero2, zero3), not {stage}")
     if shape.arch.family != "llama":
         raise ValueError(f"method='trace' builds the trial's Hugging Face Llama; {shape.label} is {shape.arch.family}")
-    if mode == "selective":
-        raise ValueError("method='trace' applies the trial's checkpointing: none or full, not selective")
+    if mode in ("selective", "selective_op"):
+        raise ValueError(f"method='trace' applies the trial's checkpointing: none or full, not {mode}")
     if micro_batch is None or seq_len is None:
         raise ValueError("method='trace' runs a step: give micro_batch and seq_len")
     peak = trace_memory(shape, gpu_count, micro_batch=micro_batch, seq_len=seq_len,

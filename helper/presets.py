@@ -36,6 +36,11 @@ class ModelArch:
     """Block layout: ``llama`` (Hugging Face Llama: fp32-upcast RMSNorm, SwiGLU, untied head)
     or ``mpt`` (llm-foundry MPT: bf16 LayerNorm, fused Wqkv, GELU MLP, tied embeddings and a
     learned position embedding of ``max_seq_len`` rows)."""
+    fused_norm: bool = False
+    """RMSNorm as one fused kernel that saves only its bf16 input and the per-token rstd
+    (torchtitan's ``norm_type = "fused_rmsnorm"``, ``TritonFusedRMSNorm.save_for_backward(x,
+    weight, rstd)`` in torchtitan/models/norms.py at 0413364), instead of Hugging Face's
+    fp32 upcast copy. Memory only: the FLOPs are the same."""
 
     @property
     def head_dim(self) -> int:

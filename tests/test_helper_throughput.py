@@ -213,3 +213,32 @@ def test_compute_module_doctests_run():
     import helper.compute
     result = doctest.testmod(helper.compute)
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_a_power_capped_gpu_is_slower_by_the_cube_root_of_its_power_share():
+    from helper.gpus import get_gpu, power_capped
+
+    h100 = get_gpu("H100-80GB")
+    capped = power_capped(h100, watts=500, tdp_watts=700)
+    assert capped.peak_flops == pytest.approx(h100.peak_flops * (500 / 700) ** (1 / 3))
+    assert 835e12 < capped.peak_flops < 989e12  # torchtitan's footnote: between the NVL and the SXM
+    full = predict_throughput("llama-3-8b", 8, gpu=h100, seq_len=8192, micro_batch=2)
+    slow = predict_throughput("llama-3-8b", 8, gpu=capped, seq_len=8192, micro_batch=2)
+    assert 0.88 < slow / full < 0.95 and slow.source == full.source  # same calibrated constants
+    with pytest.raises(ValueError, match="watts"):
+        power_capped(h100, watts=800, tdp_watts=700)
+
+
+def test_op_level_ac_recomputes_the_k_o_and_up_matmuls_not_attention():
+    from helper.compute import matmul_and_attention_flops
+    from helper.sizes import parse_model_size
+
+    shape = parse_model_size("llama-3-8b")
+    a = shape.arch
+    mm0, att0 = matmul_and_attention_flops(shape, 8192)
+    mm, att = matmul_and_attention_flops(shape, 8192, checkpointing="selective_op")
+    kv = a.n_kv_heads * a.head_dim
+    again = a.hidden * kv + a.hidden ** 2 + a.hidden * a.intermediate  # wk, wo, w3 per block
+    assert att == att0  # SDPA's output is saved: no attention recompute
+    assert mm - mm0 == pytest.approx(2 * a.n_layers * again, rel=1e-3)
+    assert matmul_and_attention_flops(shape, 8192, checkpointing="selective")[1] > att0
