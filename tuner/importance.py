@@ -68,7 +68,8 @@ def _encode(trials: Sequence[TrialRecord], knobs: Sequence[str]) -> np.ndarray:
 class _Surrogate:
     """A fitted second-order ANOVA surrogate (ridge on one-hot codes) and its LOO R^2."""
 
-    def __init__(self, cats: list[np.ndarray], design, x: np.ndarray, y: np.ndarray) -> None:
+    def __init__(self, cats: list[np.ndarray], design, x: np.ndarray, y: np.ndarray,
+                 alphas: Sequence[float] = _ALPHAS) -> None:
         self.cats, self.design = cats, design
         f = self.onehot(x)
         self.f_mean, self.y_mean = f.mean(axis=0), float(y.mean())
@@ -79,7 +80,7 @@ class _Surrogate:
         uy = u.T @ yc
         n = len(y)
         best = (math.inf, 0.0)
-        for alpha in _ALPHAS:  # leave-one-out residuals in closed form (the hat matrix's diagonal)
+        for alpha in alphas:  # leave-one-out residuals in closed form (the hat matrix's diagonal)
             shrink = sv**2 / (sv**2 + alpha)
             hat = (u**2) @ shrink + 1.0 / n
             loo = (yc - u @ (shrink * uy)) / np.maximum(1.0 - hat, 1e-9)
@@ -87,6 +88,7 @@ class _Surrogate:
             if mse < best[0]:
                 best = (mse, alpha)
         mse, alpha = best
+        self.alpha = alpha
         self.beta = fc.T @ (u @ (uy / (sv**2 + alpha)))
         self.r2 = 1.0 - mse / float(np.var(y)) if np.var(y) > 0 else math.nan
 
@@ -105,6 +107,7 @@ class _Indices:
         self.knobs = list(knobs)
         self.x_all = x_all
         self.cats: list[np.ndarray] | None = None
+        self.alphas: Sequence[float] = _ALPHAS
         self.seed = seed
         kids: dict[str, list[int]] = {k: [] for k in knobs}
         for j, k in enumerate(knobs):
@@ -132,11 +135,12 @@ class _Indices:
         if self.cats is None:
             codes = self.design(self.x_all)
             self.cats = [np.unique(codes[:, c]) for c in range(codes.shape[1])]
-        return _Surrogate(self.cats, self.design, x, y)
+        return _Surrogate(self.cats, self.design, x, y, self.alphas)
 
     def compute(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         """[total..., first..., oob_r2] for the knobs of x's columns (placebo last)."""
         model = self.fit(x, y)
+        self.alpha = model.alpha
         n, k = x.shape
         rng = np.random.default_rng(self.seed)
         f = model.predict(x)
@@ -215,6 +219,9 @@ def _bootstrapped(calc: _Indices, x: np.ndarray, y: np.ndarray, ok: Sequence[Tri
         return np.concatenate([out[: 2 * k], total[:-1] - total[-1]])
 
     point_full = calc.compute(x, y)
+    # resamples keep the penalty the trials chose: a resample's repeated trials would make its
+    # leave-one-out error leak (a left-out trial's copy stays in), choosing ever smaller penalties
+    calc.alphas = (calc.alpha,)
     point = np.concatenate([point_full[: 2 * k], point_full[: k - 1] - point_full[k - 1]])
     lo = hi = None
     if n_boot > 0:
