@@ -95,3 +95,13 @@ def test_an_extended_study_recommends_around_its_latest_ablation_round():
     trials = (*record.trials, late, *again)
     best = analyze_record(StudyRecord(name="x", trials=trials, attrs=record.attrs), n_boot=0)["best"]
     assert first != late.params and best["params"] == late.params and best["winners_curse_adjusted"]
+
+
+def test_a_placebo_is_not_called_mattering_in_a_twelve_trial_study():
+    """Study 28 of the bench's 12-trial family: before 'matters' was decided for all knobs at
+    once (Bonferroni), the placebo nccl_proto (not ablated: the best kept the baseline's value)
+    beat the random placebo at 95% and was listed under What matters."""
+    record, truth = build_study("small", 28, "ar1-0")
+    analysis = analyze_record(record, n_boot=200, seed=28)
+    assert not evaluate("small", analysis, truth)["placebo_in_what_matters"], analysis["what_matters"]
+    assert "Bonferroni" in analysis["importance_model"]["method"]
