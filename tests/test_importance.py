@@ -49,3 +49,30 @@ def test_failed_and_ablation_runs_are_not_in_the_fit():
     assert res["n_trials"] == sum(t.status == "ok" and t.role != "ablation" for t in record.trials)
     few = knob_importance(record.trials[:4], ["micro_batch", "padding"], n_boot=0)   # too few trials: no numbers
     assert few["knobs"] == [] or all(d["total"] is None for d in few["knobs"])
+
+
+def test_the_true_indices_the_bench_judges_against():
+    from importance_truth import true_indices
+
+    cross = true_indices("crossover")
+    for knob in ("nccl_algo", "nccl_proto"):            # a pure crossover: all total, no first order
+        assert cross[knob][0] > 0.4 and cross[knob][1] == pytest.approx(0.0, abs=1e-9)
+    assert cross["micro_batch"][0] == pytest.approx(cross["micro_batch"][1])   # additive: total = first
+    assert cross["grad_accum"] == (0.0, 0.0)
+    cond = true_indices("conditional")
+    assert cond["prefetch_factor"] == (0.0, 0.0) and cond["num_workers"][0] > cond["padding"][0] > 0
+
+
+def test_twelve_trial_studies_rank_the_true_top_3_first_in_most_studies():
+    """Done-when "the top 3 are right in at least 80% of studies" for 12-trial studies, with 7
+    studies (one per noise family) instead of the bench's 40: at least 5 of 7. Before issue 12
+    (prefetch_factor's n/a level took num_workers' credit) this held in few studies."""
+    from noise_families import FAMILIES as NOISE
+
+    space = list(FAMILIES["small"]["space"])
+    right = 0
+    for seed, noise in enumerate(NOISE):
+        record, _ = build_study("small", seed, noise)
+        res = knob_importance(record.trials, space, n_boot=0)
+        right += {d["knob"] for d in res["knobs"][:3]} == FAMILIES["small"]["top3"]
+    assert right >= 5

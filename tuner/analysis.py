@@ -276,6 +276,11 @@ def format_summary(analysis: dict[str, Any]) -> str:
                          f"{f['estimate']:.0%}" + (f" ({f['worst_level']['knob']}={f['worst_level']['level']} failed "
                                                   f"{f['worst_level']['failures']} of {f['worst_level']['runs']})"
                                                   if f.get("worst_level") else ""))
+        unverified = best.get("faster_not_remeasured")
+        if unverified:
+            lines.append(f"faster once but not re-measured (not recommended: one search run, the winner's curse): "
+                         f"trial {unverified['trial']}, {_fmt_ci(unverified['tokens_per_sec_per_gpu'])} tokens/s/GPU, "
+                         f"{_fmt_ci(unverified['vs_recommended_in_search'], fmt='.2f')}x the recommendation's search run")
     model = analysis.get("importance_model") or {}
     r2 = model.get("oob_r2")
     lines.append("knob importance (total-order index, 95% BCa CI; first-order; beats the placebo?)"

@@ -41,7 +41,9 @@ def run_groups(trials: Sequence[TrialRecord], cis: RunCIs) -> tuple[float, int]:
 def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df: int,
               levels: dict[str, dict[str, dict[str, Any]]], baseline: TrialRecord | None) -> dict[str, Any] | None:
     """The best reliable config (analysis.json's ``best``), chosen on re-measurements where any
-    exist, with its speedup over the baseline config; the faster flaky one beside it."""
+    exist, with its speedup over the baseline config; beside it the faster flaky one and the
+    fastest reliable config found after the ablation round, hence not re-measured, whose search
+    run beat the recommendation's (``faster_not_remeasured``)."""
     search = [t for t in trials if t.role != "ablation" and t.number in cis]
     if not search:
         return None
@@ -75,7 +77,9 @@ def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df
     # ablation was planned around (re-measured first, and most often) stays the choice unless
     # another re-measured config beats it beyond doubt (its ratio's CI above 1), since picking
     # the largest of a few re-measurements is itself biased upward
-    planned_t = next((t for t in trials if _is_remeasure(t)), None)
+    # an extended study plans its ablation again for its new best (tuner.ablation): the latest round's counts
+    latest = max((t.ablation_round or 1 for t in trials if _is_remeasure(t)), default=1)
+    planned_t = next((t for t in trials if _is_remeasure(t) and (t.ablation_round or 1) == latest), None)
     planned = next((r for r in remeasured if planned_t is not None and r["key"] == config_key(planned_t.params)), None)
     others = [r for r in remeasured if r["key"] != base_key]
     if planned is not None:
@@ -97,6 +101,16 @@ def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df
     speedup = None if same_as_base else ratio_estimate(measured, base_est)
     flaky_faster = next((r for r in sorted(rows, key=score, reverse=True) if r["failure"]["flaky"]
                          and (r["remeasured"] or r["search"])["mean"] > measured["mean"]), None)
+    # the search goes on after the ablation with what the ablation's share left (tuner.scheduling):
+    # a config it found is not re-measured. It is never recommended over re-measured ones on one
+    # search run (the winner's curse), but one that beat the recommendation's own search run is
+    # shown beside it (search run against search run: both read high alike)
+    ablation_start = min((t.number for t in trials if t.role == "ablation" and (t.ablation_round or 1) == latest),
+                         default=None)
+    unverified = [r for r in reliable if chosen["remeasured"] is not None and r["remeasured"] is None
+                  and ablation_start is not None and r["first_trial"] is not None and r["first_trial"] > ablation_start
+                  and r["key"] != chosen["key"] and r["search"]["mean"] > chosen["search"]["mean"]]
+    faster_unverified = max(unverified, key=lambda r: r["search"]["mean"]) if unverified else None
     trial = chosen["first_trial"] if chosen["first_trial"] is not None else chosen["remeasure_trials"][0]
     return {"trial": trial, "params": chosen["params"], "tokens_per_sec_per_gpu": _public(measured),
             "speedup_vs_baseline": _public(speedup),
@@ -111,6 +125,11 @@ def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df
                 "trial": flaky_faster["first_trial"], "params": flaky_faster["params"],
                 "tokens_per_sec_per_gpu": _public(flaky_faster["remeasured"] or flaky_faster["search"]),
                 "failure": flaky_faster["failure"]},
+            "faster_not_remeasured": None if faster_unverified is None else {
+                "trial": faster_unverified["first_trial"], "params": faster_unverified["params"],
+                "tokens_per_sec_per_gpu": _public(faster_unverified["search"]),
+                "vs_recommended_in_search": _public(ratio_estimate(faster_unverified["search"], chosen["search"])),
+                "n_runs": faster_unverified["search"]["n_runs"]},
             "baseline_estimate": _public(base_est)}
 
 

@@ -85,6 +85,12 @@ def render_recipe(analysis: dict[str, Any], *, planned_tokens: float | None = No
         lines.append(f"- Not recommended although faster: trial {flaky['trial']}, {_ci(flaky['tokens_per_sec_per_gpu'])} "
                      f"tokens/s/GPU, but it fails about {f['estimate']:.0%} of the time{where}: "
                      f"{json.dumps(flaky['params'])}")
+    unverified = best.get("faster_not_remeasured")
+    if unverified:
+        lines.append(f"- Not recommended although faster once: trial {unverified['trial']}, "
+                     f"{_ci(unverified['tokens_per_sec_per_gpu'])} tokens/s/GPU ({_ci(unverified['vs_recommended_in_search'], '.2f')}x "
+                     "the recommendation's search run), found after the re-measurements and not re-measured itself "
+                     f"(one noisy run reads high); run the study on with a larger budget to re-measure it: {json.dumps(unverified['params'])}")
     own = (best.get("failure") or {}).get("own") or {}
     if own.get("runs"):
         lo, hi = own["ci95"]
