@@ -122,3 +122,20 @@ def test_ablation_rarely_calls_a_knob_without_an_effect_significant():
             r = _ablation_false_positives(FAMILIES[family], analyze_record(record, n_boot=0))
             nulls, significant = nulls + r["abl_null_n"], significant + r["abl_null_sig"]
     assert nulls >= 20 and significant <= 1
+
+
+def test_an_ablation_hit_the_search_cannot_tell_from_a_placebo_is_not_listed():
+    """failures study 30 (AR(1) 0.8): the one revert run of the placebo nccl_proto cleared Holm
+    (p 0.0124 against 0.0125, one of 40 studies); the search's importance does not put it above
+    the random placebo knob, so "What matters" leaves it out and the recipe shows it apart."""
+    from tuner.report import render_recipe
+
+    record, truth = build_study("failures", 30, "ar1-0.8")
+    analysis = analyze_record(record, n_boot=60, seed=30)
+    proto = next(e for e in analysis["ablation"]["knobs"] if e["knob"] == "nccl_proto")
+    assert proto["significant"]                                     # the ablation's false positive
+    assert next(d for d in analysis["importance"] if d["knob"] == "nccl_proto")["matters"] is False
+    assert "nccl_proto" not in {r["knob"] for r in analysis["what_matters"]}
+    assert not evaluate("failures", analysis, truth)["placebo_in_what_matters"]
+    matters = render_recipe(analysis, today="2026-01-01").split("## What matters")[1].split("## Provenance")[0]
+    assert "one run is not enough to list it): nccl_proto" in matters

@@ -175,10 +175,18 @@ def what_matters(importance: Sequence[dict[str, Any]], ablation: dict[str, Any] 
     """Knobs to list under "What matters", ranked: first those whose re-measured ablation
     effect is significant after Holm (by size), then knobs not ablated whose total index
     beats the placebo (by index). A knob whose ablation found no significant effect, or whose
-    index does not beat the placebo, is not listed."""
+    index does not beat the placebo, is not listed.
+
+    An ablated knob needs both pieces of evidence when both exist: its Holm-significant revert
+    is one run against the re-measured best, so a knob without an effect clears Holm in about 1%
+    of studies (docs/statistics.md, section 5); it is listed only if the search's importance
+    did not find it indistinguishable from the placebo (``matters`` not False). Such knobs are
+    shown apart by the report (``ablation_only``)."""
     abl = {e["knob"]: e for e in (ablation or {}).get("knobs", [])}
+    placebo_like = {d["knob"] for d in importance if d.get("matters") is False}
     rows = [{"knob": k, "source": "ablation", "impact": e["impact"], "ci95": e["ci95"]}
-            for k, e in sorted(abl.items(), key=lambda kv: -abs(kv[1]["impact"])) if e["significant"]]
+            for k, e in sorted(abl.items(), key=lambda kv: -abs(kv[1]["impact"]))
+            if e["significant"] and k not in placebo_like]
     for d in importance:
         if d["knob"] not in abl and d.get("matters"):
             rows.append({"knob": d["knob"], "source": "importance", "total": d["total"], "ci95": d["ci95"]})

@@ -124,6 +124,11 @@ def render_recipe(analysis: dict[str, Any], *, planned_tokens: float | None = No
     unconfirmed = [f"{d['knob']} ({abl[d['knob']]['impact']:+.1%}, 95% CI {abl[d['knob']]['ci95'][0]:+.1%} to "
                    f"{abl[d['knob']]['ci95'][1]:+.1%})" for d in analysis.get("importance", [])
                    if d.get("matters") and d["knob"] in abl and d["knob"] not in listed]
+    ablation_only = [f"{k} ({e['impact']:+.1%}, 95% CI {e['ci95'][0]:+.1%} to {e['ci95'][1]:+.1%})"
+                     for k, e in abl.items() if e.get("significant") and k not in listed]
+    if ablation_only:
+        lines += ["", "Significant in the ablation's one revert run, but the search could not tell it from a random "
+                      "placebo knob (one run is not enough to list it): " + "; ".join(ablation_only) + "."]
     if unconfirmed:
         lines += ["", "Above the placebo in the search, but the ablation's re-measurement could not confirm it: "
                       + "; ".join(unconfirmed) + "."]
