@@ -217,7 +217,7 @@ def summarize_logs(paths) -> str:
         secs = seconds.get(key, {})
         rows.append(f"| {cluster} | {kind} | {name} | {len(f)} | {sum(x >= TARGET for x in f) / len(f):.0%} | "
                     f"{statistics.median(f):.3f} | {float(np.percentile(f, 10)):.3f} | {min(f):.3f} | "
-                    (f"{statistics.mean(secs.values()):.0f}" if secs else "-") + f" | {len(timed_out.get(key, ()))} |")
+                    + (f"{statistics.mean(secs.values()):.0f}" if secs else "-") + f" | {len(timed_out.get(key, ()))} |")
     rows.append("")
     for (cluster, kind, name), by_seed in sorted(finals.items()):
         rand = finals.get((cluster, kind, "random"), {})
