@@ -16,6 +16,12 @@ the budget and at 10 and 20 GPU-h. "model-only" is helper's top prediction, no t
 
     nice -n 10 python bench/search_efficiency.py --seeds 20          # all strategies
     python bench/search_efficiency.py --quick                        # a smoke run
+    OMP_NUM_THREADS=1 nice -n 10 python bench/search_efficiency.py --seeds 20 --physics mismatched \
+        --jobs 2 --cpu-limit-s 600 2> LOG                              # one process per seed
+    python bench/search_efficiency.py --from-logs LOG...             # the table, seeds lost to random
+
+Per-seed lines carry each strategy's CPU seconds (on a shared machine wall time says little);
+``--cpu-limit-s`` stops one strategy's study there (flagged TIMED-OUT, scored on what it found).
 """
 
 from __future__ import annotations
