@@ -16,6 +16,12 @@ the budget and at 10 and 20 GPU-h. "model-only" is helper's top prediction, no t
 
     nice -n 10 python bench/search_efficiency.py --seeds 20          # all strategies
     python bench/search_efficiency.py --quick                        # a smoke run
+    OMP_NUM_THREADS=1 nice -n 10 python bench/search_efficiency.py --seeds 20 --physics mismatched \
+        --jobs 2 --cpu-limit-s 600 2> LOG                              # one process per seed
+    python bench/search_efficiency.py --from-logs LOG...             # the table, seeds lost to random
+
+Per-seed lines carry each strategy's CPU seconds (on a shared machine wall time says little);
+``--cpu-limit-s`` stops one strategy's study there (flagged TIMED-OUT, scored on what it found).
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from tuner.launch import TrialRequest  # noqa: E402
 from tuner.launch.sim import SimLauncher  # noqa: E402
 from tuner.launch.sim_physics import physics_for, truth  # noqa: E402
 from tuner.sampling import make_sampler  # noqa: E402
-from tuner.screening import screen  # noqa: E402
+from tuner.screening import is_deliberate, screen  # noqa: E402
 from tuner.space import baseline_params, complete_params, is_active, suggest_params  # noqa: E402
 from tuner.spec import load_spec  # noqa: E402
 
@@ -104,8 +110,11 @@ class Truth:
         return max(self(p) for p in grid_configs(self.spec))
 
 
-def run_one(spec, truth_of, optimum, limit_s):
-    """One study with spec's sampler; (final share, {gpuh: share}, counts)."""
+def run_one(spec, truth_of, optimum, limit_s, *, cpu_limit_s: float | None = None):
+    """One study with spec's sampler; (final share, {gpuh: share}, counts). ``cpu_limit_s``:
+    stop a sampler that has used this much CPU time (counts["timed_out"] = 1; it is scored on
+    what it found), so one slow seed cannot hold up a whole table."""
+    started = time.process_time()
     launcher = SimLauncher(spec)
     study = optuna.create_study(direction="maximize", sampler=make_sampler(spec))
     study.set_user_attr("spec", {"space": {k.name: None for k in spec.space}})
@@ -113,8 +122,11 @@ def run_one(spec, truth_of, optimum, limit_s):
     if base:
         study.enqueue_trial(base, user_attrs={"role": "baseline"})
     used, at, pruned_in_a_row = 0.0, {}, 0
-    counts = {"trials": 0, "launched_failed": 0, "launched_nccl_error": 0, "pruned": 0}
+    counts = {"trials": 0, "launched_failed": 0, "launched_nccl_error": 0, "pruned": 0, "timed_out": 0}
     while True:
+        if cpu_limit_s is not None and time.process_time() - started > cpu_limit_s:
+            counts["timed_out"] = 1
+            break
         trials = study.get_trials(deepcopy=False)
         admission = scheduling.next_admission(
             ledger_from_trials(trials, limit_s), first_estimate_gpu_seconds=scheduling.first_estimate(spec),
@@ -125,7 +137,8 @@ def run_one(spec, truth_of, optimum, limit_s):
         trial = study.ask()
         params = suggest_params(trial, spec)
         counts["trials"] += 1
-        verdict = screen(study, spec, complete_params(params, spec), launcher=launcher)
+        verdict = None if is_deliberate(trial.user_attrs) else screen(  # as the coordinator: never the baseline
+            study, spec, complete_params(params, spec), launcher=launcher)
         if verdict is not None:
             end_unrun(study, trial, "pruned", verdict.reason)
             counts["pruned"] += 1
@@ -159,9 +172,9 @@ def recommended_share(study, truth_of, optimum) -> float:
     return truth_of(max(ok, key=lambda t: t.value).params) / optimum
 
 
-def _counts(name: str, c: dict) -> str:
+def _counts(name: str, c: dict, seconds: float) -> str:
     return (f"{name} trials={c['trials']} failed={c['launched_failed']} (nccl {c['launched_nccl_error']}) "
-            f"pruned={c['pruned']}")
+            f"pruned={c['pruned']}" + (" TIMED-OUT" if c.get("timed_out") else "") + f" {seconds:.0f}s")
 
 
 def summary(runs) -> dict:
@@ -172,40 +185,107 @@ def summary(runs) -> dict:
             "at20": statistics.median(r[1][20] for r in runs),
             "trials": statistics.mean(r[2]["trials"] for r in runs),
             "launched_failed": statistics.mean(r[2]["launched_failed"] for r in runs),
-            "pruned": statistics.mean(r[2]["pruned"] for r in runs), "final": final}
+            "pruned": statistics.mean(r[2]["pruned"] for r in runs),
+            "timed_out": sum(r[2].get("timed_out", 0) for r in runs),
+            "seconds": statistics.mean(r[3] for r in runs), "final": final}
+
+
+_LINE = r"\s+(\S+) (\S+) seed (\d+)/\d+: (.*?)(?: \[| \|)"
+"""A per-seed line: cluster, physics, seed (1-based), then `strategy share` pairs."""
 
 
 def summarize_logs(paths) -> str:
     """The table from the per-seed lines of one or more logs (a cell split over processes); a
     seed logged twice keeps the later file's value, and each strategy is compared with random
-    seed by seed (same seed = same mismatched cluster)."""
+    seed by seed (same seed = same mismatched cluster), naming the seeds it lost by > 0.5%."""
     import re
 
     finals: dict[tuple[str, str, str], dict[int, float]] = {}
+    seconds: dict[tuple[str, str, str], dict[int, float]] = {}
+    timed_out: dict[tuple[str, str, str], set[int]] = {}
     for path in paths:
         for line in Path(path).read_text().splitlines():
-            m = re.match(r"\s+(\S+) (\S+) seed (\d+)/\d+: (.*?)(?: \[| \|)", line)
+            m = re.match(_LINE, line)
             if not m:
                 continue
             cluster, kind, seed = m.group(1), m.group(2), int(m.group(3))
             for name, value in re.findall(r"(\S+) (\d\.\d+)", m.group(4)):
                 finals.setdefault((cluster, kind, name), {})[seed] = float(value)
-    rows = ["| cluster | physics | strategy | runs | runs >= 99% | median | worst tenth | min |",
-            "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
-    for (cluster, kind, name), by_seed in sorted(finals.items()):
+            for name, rest, secs in re.findall(r"(\S+) trials=\d+ ([^|\[]*?)(\d+)s(?= |$)", line[m.end(4):]):
+                seconds.setdefault((cluster, kind, name), {})[seed] = float(secs)
+                if "TIMED-OUT" in rest:
+                    timed_out.setdefault((cluster, kind, name), set()).add(seed)
+    rows = ["| cluster | physics | strategy | runs | runs >= 99% | median | worst tenth | min | CPU s/seed | timed out |",
+            "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for key, by_seed in sorted(finals.items()):
+        cluster, kind, name = key
         f = list(by_seed.values())
+        secs = seconds.get(key, {})
         rows.append(f"| {cluster} | {kind} | {name} | {len(f)} | {sum(x >= TARGET for x in f) / len(f):.0%} | "
-                    f"{statistics.median(f):.3f} | {float(np.percentile(f, 10)):.3f} | {min(f):.3f} |")
+                    f"{statistics.median(f):.3f} | {float(np.percentile(f, 10)):.3f} | {min(f):.3f} | "
+                    + (f"{statistics.mean(secs.values()):.0f}" if secs else "-") + f" | {len(timed_out.get(key, ()))} |")
     rows.append("")
     for (cluster, kind, name), by_seed in sorted(finals.items()):
         rand = finals.get((cluster, kind, "random"), {})
         common = sorted(set(by_seed) & set(rand))
         if name != "random" and common:
             below = sum(by_seed[k] < rand[k] for k in common)
-            worse = sum(by_seed[k] < rand[k] - 0.005 for k in common)
+            worse = [k for k in common if by_seed[k] < rand[k] - 0.005]
             rows.append(f"{cluster} {kind} {name}: below random on {below} of {len(common)} common seeds "
-                        f"(by more than 0.5% on {worse})")
+                        f"(by more than 0.5% on {len(worse)}" + (f": seeds {', '.join(map(str, worse))}"
+                                                                  if worse else "") + ")")
     return "\n".join(rows)
+
+
+def base_spec(path: str, *, adaptive: bool = True):
+    """A shipped cluster's spec on the sim launcher, no ablation share (the search alone)."""
+    spec = load_spec(ROOT / path).with_launcher("sim")
+    spec = dataclasses.replace(spec, study=dataclasses.replace(spec.study, ablation_share=0.0))
+    if not adaptive:
+        spec = dataclasses.replace(spec, trial=dataclasses.replace(spec.trial, adaptive=False))
+    return spec
+
+
+_TRUTHS: dict[tuple[str, str, bool], tuple[Truth, float]] = {}
+"""A process's truths: matched physics is one truth for every seed."""
+
+
+def run_seed(task: dict) -> dict:
+    """Every strategy on one (cluster, physics, seed): {"cluster", "kind", "seed", "runs":
+    {strategy: (share, {gpuh: share}, counts, cpu_seconds)}, "truth_seconds"} (CPU seconds of
+    this process: on a shared machine they say what a run costs, wall seconds do not)."""
+    spec0 = base_spec(task["path"], adaptive=task["adaptive"])
+    seed, kind = task["seed"], task["kind"]
+    spec = with_(spec0, seed=seed, physics="matched" if kind == "matched" else f"perturbed:{seed}")
+    t0 = time.process_time()
+    key = (task["path"], spec.cluster.sim_physics, task["adaptive"])
+    if key not in _TRUTHS:
+        truth_of = Truth(spec)
+        _TRUTHS[key] = (truth_of, truth_of.optimum())
+    truth_of, optimum = _TRUTHS[key]
+    out = {"cluster": spec0.study.name, "kind": kind, "seed": seed, "runs": {},
+           "truth_seconds": time.process_time() - t0}
+    for name in task["strategies"]:
+        t0 = time.process_time()
+        if name == "model-only":
+            from tuner.model_sampler import top_prediction
+            share = truth_of(top_prediction(spec)) / optimum
+            run = (share, dict.fromkeys(CHECKPOINTS_GPUH, share), dict.fromkeys(
+                ("trials", "launched_failed", "launched_nccl_error", "pruned", "timed_out"), 0))
+        else:
+            run = run_one(with_(spec, seed=seed, physics=spec.cluster.sim_physics, sampler=name),
+                          truth_of, optimum, task["budget_gpuh"] * 3600, cpu_limit_s=task["cpu_limit_s"])
+        out["runs"][name] = (*run, time.process_time() - t0)
+    return out
+
+
+def seed_line(r: dict, last_seed: int, strategies, elapsed_s: float) -> str:
+    """The per-seed line --from-logs reads."""
+    runs = r["runs"]
+    return (f"  {r['cluster']} {r['kind']} seed {r['seed'] + 1}/{last_seed}: "
+            + " ".join(f"{n} {runs[n][0]:.3f}" for n in strategies)
+            + " | " + " | ".join(_counts(n, runs[n][2], runs[n][3]) for n in strategies)
+            + f" | truth {r['truth_seconds']:.0f}s (CPU s) [{elapsed_s:.0f}s wall]")
 
 
 def main() -> None:
@@ -219,8 +299,11 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma list of cluster names (e.g. sim-llama1b-a100x16)")
     parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1 "
                         "(split one cell over processes; summarize their logs with --from-logs)")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes, one (cluster, physics, seed) each")
+    parser.add_argument("--cpu-limit-s", type=float, default=None,
+                        help="stop one strategy's study after this many CPU seconds (flagged TIMED-OUT)")
     parser.add_argument("--quick", action="store_true", help="2 seeds, one cluster")
-    parser.add_argument("--out", type=Path, help="write the raw results as JSON (rewritten after every cell)")
+    parser.add_argument("--out", type=Path, help="write the raw results as JSON (rewritten after every seed)")
     parser.add_argument("--from-logs", nargs="+", type=Path, help="only summarise the per-seed lines of these logs")
     args = parser.parse_args()
     if args.from_logs:
@@ -236,49 +319,38 @@ def main() -> None:
     strategies = [ALIASES.get(s, s) for s in args.strategies.split(",")]
     if bad := [s for s in strategies if s not in STRATEGIES]:
         parser.error(f"--strategies: unknown {', '.join(bad)}; one of {', '.join(STRATEGIES)}")
-    results: dict[str, dict] = {}
+    last_seed = args.first_seed + seeds
+    tasks = [{"path": path, "kind": kind, "seed": seed, "strategies": strategies, "adaptive": not args.no_adaptive,
+              "budget_gpuh": args.budget_gpuh, "cpu_limit_s": args.cpu_limit_s}
+             for path in specs for kind in args.physics.split(",") for seed in range(args.first_seed, last_seed)]
     t0 = time.perf_counter()
-    for path in specs:
-        spec0 = load_spec(ROOT / path).with_launcher("sim")
-        spec0 = dataclasses.replace(spec0, study=dataclasses.replace(spec0.study, ablation_share=0.0))
-        if args.no_adaptive:
-            spec0 = dataclasses.replace(spec0, trial=dataclasses.replace(spec0.trial, adaptive=False))
-        for kind in args.physics.split(","):
-            runs: dict[str, list] = {s: [] for s in strategies}
-            truths: dict[str, tuple[Truth, float]] = {}
-            for seed in range(args.first_seed, args.first_seed + seeds):
-                spec = with_(spec0, seed=seed, physics="matched" if kind == "matched" else f"perturbed:{seed}")
-                if spec.cluster.sim_physics not in truths:  # matched: one truth for every seed
-                    truth_of = Truth(spec)
-                    truths[spec.cluster.sim_physics] = (truth_of, truth_of.optimum())
-                truth_of, optimum = truths[spec.cluster.sim_physics]
-                for name in strategies:
-                    if name == "model-only":
-                        from tuner.model_sampler import top_prediction
-                        share = truth_of(top_prediction(spec)) / optimum
-                        runs[name].append((share, dict.fromkeys(CHECKPOINTS_GPUH, share), dict.fromkeys(
-                            ("trials", "launched_failed", "launched_nccl_error", "pruned"), 0)))
-                        continue
-                    runs[name].append(run_one(with_(spec, seed=seed, physics=spec.cluster.sim_physics, sampler=name),
-                                              truth_of, optimum, args.budget_gpuh * 3600))
-                print(f"  {spec.study.name} {kind} seed {seed + 1}/{args.first_seed + seeds}: "
-                      + " ".join(f"{n} {runs[n][-1][0]:.3f}" for n in strategies)
-                      + " | " + " ".join(_counts(n, runs[n][-1][2]) for n in strategies if n != "model-only")
-                      + f" [{time.perf_counter() - t0:.0f}s]", file=sys.stderr, flush=True)
-            for name in strategies:
-                results[f"{spec0.study.name}|{kind}|{name}"] = summary(runs[name])
-            if args.out:
-                args.out.write_text(json.dumps(results, indent=1))
+    by_cell: dict[tuple[str, str], dict[int, dict]] = {}
+    if args.jobs > 1:
+        import multiprocessing
+
+        pool = multiprocessing.get_context("fork").Pool(args.jobs, maxtasksperchild=1)
+        results = pool.imap_unordered(run_seed, tasks)
+    else:
+        pool, results = None, map(run_seed, tasks)
+    for r in results:
+        print(seed_line(r, last_seed, strategies, time.perf_counter() - t0), file=sys.stderr, flush=True)
+        by_cell.setdefault((r["cluster"], r["kind"]), {})[r["seed"]] = r
+        if args.out:
+            args.out.write_text(json.dumps({f"{c}|{k}": {s: r["runs"] for s, r in cell.items()}
+                                            for (c, k), cell in by_cell.items()}, indent=1))
+    if pool is not None:
+        pool.close()
     print(f"\n{seeds} seeds per cell; a run's score is the true throughput of the recommended config / the "
           "true optimum (noiseless physics, brute-forced over the grid).\n")
     print("| cluster | physics | strategy | runs >= 99% | median | worst tenth | min | median @10 GPU-h | @20 "
-          "| trials | launched & failed | pruned |")
-    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for key, s in results.items():
-        cluster, kind, name = key.split("|")
-        print(f"| {cluster} | {kind} | {name} | {s['share_ge_99']:.0%} | {s['median']:.3f} | {s['p10']:.3f} | "
-              f"{s['min']:.3f} | {s['at10']:.3f} | {s['at20']:.3f} | {s['trials']:.0f} | "
-              f"{s['launched_failed']:.1f} | {s['pruned']:.1f} |")
+          "| trials | launched & failed | pruned | CPU s/seed | timed out |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for (cluster, kind), cell in by_cell.items():
+        for name in strategies:
+            s = summary([cell[k]["runs"][name] for k in sorted(cell)])
+            print(f"| {cluster} | {kind} | {name} | {s['share_ge_99']:.0%} | {s['median']:.3f} | {s['p10']:.3f} | "
+                  f"{s['min']:.3f} | {s['at10']:.3f} | {s['at20']:.3f} | {s['trials']:.0f} | "
+                  f"{s['launched_failed']:.1f} | {s['pruned']:.1f} | {s['seconds']:.0f} | {s['timed_out']} |")
     print(f"\nwall time {time.perf_counter() - t0:.0f} s")
 
 

@@ -14,13 +14,13 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Container, Sequence
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-__all__ = ["HeartbeatRDBStorage", "trial_id", "study_storage", "rdb_storage", "missing_internals"]
+__all__ = ["HeartbeatRDBStorage", "StudyView", "trial_id", "study_storage", "rdb_storage", "missing_internals"]
 
 
 def trial_id(trial: optuna.Trial | FrozenTrial) -> int:
@@ -73,6 +73,34 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
         return changed
 
 
+class StudyView:
+    """A study as a sampler reads it: every trial passed through ``seen_as`` first.
+
+    Optuna's samplers read a study's trials through ``Study._get_trials`` (TPE, GP and the
+    search spaces they infer); everything else is the study's own. tuner.sampling hands its
+    samplers this view so a screened trial (FAIL, which every Optuna sampler ignores) is seen
+    as the failure it stands for (tuner.screening.as_sampler_sees_it).
+    """
+
+    def __init__(self, study: optuna.Study, seen_as: Callable[[FrozenTrial], FrozenTrial]) -> None:
+        self._study, self._seen_as = study, seen_as
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._study, name)
+
+    def _get_trials(self, deepcopy: bool = True, states: Container[TrialState] | None = None,
+                    use_cache: bool = False) -> list[FrozenTrial]:
+        trials = (self._seen_as(t) for t in self._study._get_trials(deepcopy=deepcopy, use_cache=use_cache))  # noqa: SLF001
+        return [t for t in trials if states is None or t.state in states]
+
+    def get_trials(self, deepcopy: bool = True, states: Container[TrialState] | None = None) -> list[FrozenTrial]:
+        return self._get_trials(deepcopy=deepcopy, states=states)
+
+    @property
+    def trials(self) -> list[FrozenTrial]:
+        return self.get_trials()
+
+
 def missing_internals() -> list[str]:
     """What this module relies on and the installed Optuna lacks ([] when all is there)."""
     rdb = HeartbeatRDBStorage("sqlite:///:memory:")
@@ -82,12 +110,14 @@ def missing_internals() -> list[str]:
               "Trial._trial_id": lambda: trial._trial_id,  # noqa: SLF001
               "FrozenTrial._trial_id": lambda: study.trials[0]._trial_id,  # noqa: SLF001
               "the study cache's _backend": lambda: study._storage._backend,  # noqa: SLF001
-              "RDBStorage._create_new_trial": lambda: optuna.storages.RDBStorage._create_new_trial}  # noqa: SLF001
+              "RDBStorage._create_new_trial": lambda: optuna.storages.RDBStorage._create_new_trial,  # noqa: SLF001
+              "Study._get_trials (what samplers read; StudyView)": lambda: study._get_trials(  # noqa: SLF001
+                  deepcopy=False, states=None, use_cache=False)}
     missing = []
     for name, reach in checks.items():
         try:
             reach()
-        except AttributeError:
+        except (AttributeError, TypeError):
             missing.append(name)
     if not missing and rdb_storage(study) is not rdb:
         missing.append("the study cache's _backend is not the RDB storage it wraps")

@@ -7,6 +7,14 @@ and cluster (a preset on a helper GPU over NCCL); otherwise TPE with multivariat
 workers) and constant_liar (parallel coordinators do not get identical suggestions,
 optuna/optuna#3626). `model` names the model-guided sampler. Evidence:
 bench/search_efficiency.py (docs/benchmarks.md).
+
+TPE and GP learn from screening: a config tuner.screening pruned is stored as a FAIL trial
+(it never ran), which Optuna's samplers ignore, so they proposed the screened region again
+and again (a 20-seed bench did not finish one seed in 17 minutes). They read the study
+through a view (:class:`LearnsFromScreening`) in which each pruned trial is the failure it
+stands for: COMPLETE, value 0, the constraint ``failed`` violated (tuner.screening.
+as_sampler_sees_it). TPE puts infeasible trials in its "above" group; GP models the
+constraint and weighs expected improvement by the probability of feasibility.
 """
 
 from __future__ import annotations
@@ -18,9 +26,34 @@ import optuna
 
 from tuner.errors import SpecError
 from tuner.model_sampler import ModelGuidedSampler, model_knows
+from tuner.optuna_internals import StudyView
+from tuner.screening import as_sampler_sees_it
 from tuner.spec import StudySpec
 
-__all__ = ["make_sampler"]
+__all__ = ["make_sampler", "LearnsFromScreening", "ScreeningAwareTPESampler", "ScreeningAwareGPSampler"]
+
+
+class LearnsFromScreening:
+    """A mixin for an Optuna sampler: it samples from a view of the study in which a screened
+    (pruned) trial is a failed one (tuner.screening.as_sampler_sees_it)."""
+
+    def infer_relative_search_space(self, study, trial):
+        return super().infer_relative_search_space(StudyView(study, as_sampler_sees_it), trial)
+
+    def sample_relative(self, study, trial, search_space):
+        return super().sample_relative(StudyView(study, as_sampler_sees_it), trial, search_space)
+
+    def sample_independent(self, study, trial, param_name, param_distribution):
+        return super().sample_independent(StudyView(study, as_sampler_sees_it), trial, param_name,
+                                          param_distribution)
+
+
+class ScreeningAwareTPESampler(LearnsFromScreening, optuna.samplers.TPESampler):
+    """Optuna's TPE, with screened configs among its infeasible ("above") trials."""
+
+
+class ScreeningAwareGPSampler(LearnsFromScreening, optuna.samplers.GPSampler):
+    """Optuna's GP sampler, with screened configs as infeasible observations."""
 
 
 class AskTellGridSampler(optuna.samplers.GridSampler):
@@ -43,7 +76,7 @@ def make_sampler(spec: StudySpec, *, seed: int | None = None) -> optuna.samplers
         if name == "random":
             return optuna.samplers.RandomSampler(seed=seed)
         if name == "tpe":
-            return optuna.samplers.TPESampler(seed=seed, n_startup_trials=_startup(spec))
+            return ScreeningAwareTPESampler(seed=seed, n_startup_trials=_startup(spec))
         if name == "model" or (name == "auto" and model_knows(spec)):
             if not model_knows(spec):
                 raise SpecError(f"study.sampler: `model` needs a [model] preset on a GPU helper knows over NCCL "
@@ -51,10 +84,10 @@ def make_sampler(spec: StudySpec, *, seed: int | None = None) -> optuna.samplers
                                 f"backend {spec.cluster.backend!r}); use `auto` or `tpe`")
             return ModelGuidedSampler(spec, seed=seed)
         if name in ("auto", "tpe-multivariate"):
-            return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
-                                              constant_liar=True, n_startup_trials=_startup(spec))
+            return ScreeningAwareTPESampler(seed=seed, multivariate=True, group=True,
+                                            constant_liar=True, n_startup_trials=_startup(spec))
         if name == "gp":
-            return optuna.samplers.GPSampler(seed=seed)
+            return ScreeningAwareGPSampler(seed=seed, n_startup_trials=_startup(spec))
         if name == "grid":
             grid = {k.name: list(k.values_for_grid()) for k in spec.space}
             return AskTellGridSampler(grid, seed=seed)
@@ -62,7 +95,7 @@ def make_sampler(spec: StudySpec, *, seed: int | None = None) -> optuna.samplers
 
 
 def _startup(spec: StudySpec) -> int:
-    """Random trials before TPE models the space: ~one per knob, 5..10 (Optuna's default 10
+    """Random trials before TPE (and GP) model the space: ~one per knob, 5..10 (Optuna's default 10
     wastes a small budget; Bergstra et al. 2011 use a handful)."""
     return max(5, min(10, len(spec.space) + 2))
 

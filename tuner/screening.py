@@ -22,11 +22,17 @@ Deliberate runs are never screened (:func:`is_deliberate`): the team's baseline 
 runs today, whatever the model says), ablation and re-measurement runs, and retries.
 
 A pruned trial is FAIL with user attrs ``status = pruned``, ``gpu_seconds = 0`` and
-``message`` (the reason), written by the coordinator like a `skipped` one.
+``message`` (the reason), written by the coordinator like a `skipped` one: analysis, the
+report, the budget's cost estimates and the dashboard see a config that never ran. Optuna's
+samplers ignore FAIL trials, so TPE and GP would propose the same screened region again and
+again; tuner.sampling shows them each pruned trial as the failure it stands for
+(:func:`as_sampler_sees_it`: COMPLETE, value 0, the violated constraint ``failed`` a launched
+failure carries), and they learn to avoid it as they do a launched failure.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 from dataclasses import dataclass
@@ -39,7 +45,7 @@ from tuner import knobs
 from tuner.spec import StudySpec
 
 __all__ = ["Verdict", "screen", "is_deliberate", "memory_ratio_low", "predicted_memory_gb", "nccl_problem",
-           "PRIOR_MEMORY_MARGIN"]
+           "as_sampler_sees_it", "PRIOR_MEMORY_MARGIN"]
 
 PRIOR_MEMORY_MARGIN = 1.10
 """Before any peak is measured, prune only at 10% over capacity: helper's memory model is
@@ -136,6 +142,31 @@ def _complete(params: dict[str, Any], spec: StudySpec) -> dict[str, Any]:
 def _same_nccl(t: optuna.trial.FrozenTrial, params: dict[str, Any], spec: StudySpec) -> bool:
     full = _complete(t.params, spec)
     return full.get("nccl_algo") == params.get("nccl_algo") and full.get("nccl_proto") == params.get("nccl_proto")
+
+
+@functools.cache
+def _failed_system_attrs() -> dict[str, Any]:
+    """The system attrs Optuna stores for the constraint ``failed = 1`` (tuner.scheduling.outcome's)."""
+    return dict(optuna.trial.create_trial(value=0.0, constraints={"failed": 1.0}).system_attrs)
+
+
+def as_sampler_sees_it(t: optuna.trial.FrozenTrial) -> optuna.trial.FrozenTrial:
+    """A trial as Optuna's samplers should read it: a pruned (screened) one as the failure it
+    stands for, COMPLETE with value 0 and the constraint ``failed`` violated; any other trial
+    as it is. The stored trial is not changed (a copy).
+
+    Example:
+        >>> t = optuna.trial.create_trial(state=TrialState.FAIL, user_attrs={"status": "pruned"})
+        >>> seen = as_sampler_sees_it(t)
+        >>> seen.state.name, seen.value, seen.constraints, t.state.name
+        ('COMPLETE', 0.0, {'failed': 1.0}, 'FAIL')
+    """
+    if t.state != TrialState.FAIL or t.user_attrs.get("status") != "pruned":
+        return t
+    seen = copy.copy(t)
+    seen.state, seen.values = TrialState.COMPLETE, [0.0]
+    seen.system_attrs = {**t.system_attrs, **_failed_system_attrs()}
+    return seen
 
 
 def is_deliberate(user_attrs: dict[str, Any]) -> bool:
