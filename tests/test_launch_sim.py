@@ -169,13 +169,12 @@ def test_cold_mode_starts_every_trial_afresh():
 def test_warm_7b_study_spends_at_most_a_quarter_on_start_up(tmp_path):
     from tuner.analysis import startup_share  # noqa: F401 - the share here counts reconfiguration too
 
-    # With TPE. The model-guided sampler (`auto` for this spec) hops between model-level knobs,
-    # so its warm trials still rebuild the model: 47% of GPU time in set-up (issue 15 stays open
-    # for reuse-aware scheduling under that sampler).
+    # With the spec's sampler (`auto`: the model-guided one), which schedules for reuse: expected
+    # improvement per expected second, set-up included, and a worker keeps its model while
+    # that model's build is over a quarter of the time run on it (tuner.model_sampler).
     shares, oks = {}, {}
-    tpe = dataclasses.replace(SPEC, study=dataclasses.replace(SPEC.study, sampler="tpe-multivariate"))
     for resident in (False, True):
-        spec = dataclasses.replace(tpe, trial=dataclasses.replace(tpe.trial, resident=resident))
+        spec = dataclasses.replace(SPEC, trial=dataclasses.replace(SPEC.trial, resident=resident))
         storage = f"sqlite:///{tmp_path}/{resident}.db"
         run_study(spec, RunOptions(storage_url=storage, runs_dir=tmp_path / "runs"))
         trials = optuna.load_study(study_name=spec.study.name, storage=storage).trials
@@ -183,4 +182,4 @@ def test_warm_7b_study_spends_at_most_a_quarter_on_start_up(tmp_path):
         shares[resident] = sum(t.user_attrs.get("setup_gpu_seconds", 0.0) for t in trials) / used
         oks[resident] = sum(t.user_attrs.get("status") == "ok" for t in trials)
     assert shares[True] <= 0.25 < shares[False]
-    assert oks[True] > oks[False]
+    assert oks[True] >= 60 and oks[True] > oks[False]
