@@ -61,3 +61,49 @@ def test_reuse_order_runs_light_changes_first():
     candidates = [{"nccl_algo": "Ring"}, {"activation_checkpointing": True}, {"micro_batch": 2}, {"padding": "packed"}]
     assert reuse_order(current, candidates) == [2, 3, 1, 0]
     assert reuse_order(None, candidates)[0] == 0
+
+
+def test_the_worker_after_a_trial():
+    from tuner.batching import Worker, worker_after
+
+    up = Worker(params={"micro_batch": 2})
+    fresh = worker_after(None, {"micro_batch": 4}, {"warm": False, "status": "ok", "gpu_seconds": 64.0,
+                                                    "world_size": 2, "startup_seconds": 20.0})
+    assert fresh == Worker(params={"micro_batch": 4}, build_seconds=20.0, model_seconds=32.0)
+    assert fresh.keeps_model(0.25)                           # 20 s built it, 32 s ran on it
+    same = worker_after(fresh, {"micro_batch": 8}, {"warm": True, "status": "ok", "gpu_seconds": 100.0,
+                                                    "world_size": 2, "startup_seconds": 2.0})
+    assert (same.build_seconds, same.model_seconds) == (20.0, 82.0) and not same.keeps_model(0.25)
+    rebuilt = worker_after(same, {"micro_batch": 8, "activation_checkpointing": True},
+                           {"warm": True, "status": "ok", "gpu_seconds": 60.0, "world_size": 2, "startup_seconds": 15.0})
+    assert (rebuilt.build_seconds, rebuilt.model_seconds) == (15.0, 30.0)
+    assert worker_after(up, {"micro_batch": 4}, {"warm": True, "status": "oom", "gpu_seconds": 3.0}).failed
+    assert worker_after(up, {"micro_batch": 4}, {"warm": True, "status": "timeout", "gpu_seconds": 9.0}) is None
+    assert worker_after(up, {"micro_batch": 4}, {"status": "ok", "gpu_seconds": 9.0}) is None  # a cold launch
+    assert worker_after(up, {"micro_batch": 4}, {"gpu_seconds": 0.0}) is up  # never ran
+
+
+def test_switch_level_from_the_workers_last_config():
+    from tuner.batching import Worker, switch_level
+
+    w = Worker(params={"micro_batch": 1, "nccl_algo": "Ring"})
+    assert switch_level(w, {"micro_batch": 4, "nccl_algo": "Ring"}) == "none"
+    assert switch_level(w, {"micro_batch": 1, "nccl_algo": "Ring", "padding": "packed"}) == "data_loader"
+    assert switch_level(w, {"micro_batch": 1, "nccl_algo": "default"}) == "communicators"
+    assert switch_level(Worker(params=w.params, failed=True), w.params) == "communicators"
+    assert switch_level(None, w.params) == "process"
+
+
+def test_set_up_seconds_are_measured_where_the_study_has_them():
+    from tuner.batching import setup_seconds_by_level
+
+    def trial(**attrs):
+        return SimpleNamespace(user_attrs=attrs)
+
+    trials = [trial(warm=False, worker_startup_gpu_seconds=32 * 70.0, world_size=32, startup_seconds=70.0),
+              trial(warm=True, reconfigured="model", startup_seconds=20.0),
+              trial(warm=True, reconfigured="model", startup_seconds=24.0),
+              trial(startup_seconds=99.0)]                            # a cold launch: no level
+    got = setup_seconds_by_level(PARTS, trials)
+    assert got["process"] == 70.0 and got["model"] == 22.0
+    assert got["none"] == setup_seconds("none", PARTS) and got["communicators"] == setup_seconds("communicators", PARTS)

@@ -165,17 +165,18 @@ def test_cold_mode_starts_every_trial_afresh():
     assert results[0].startup_seconds == results[1].startup_seconds and "warm" not in results[1].extra
 
 
-@pytest.mark.slow  # two 40 GPU-h sim studies (~1 min each)
-def test_warm_7b_study_spends_at_most_a_quarter_on_start_up(tmp_path):
-    from tuner.analysis import startup_share  # noqa: F401 - the share here counts reconfiguration too
-
-    # With TPE. The model-guided sampler (`auto` for this spec) hops between model-level knobs,
-    # so its warm trials still rebuild the model: 47% of GPU time in set-up (issue 15 stays open
-    # for reuse-aware scheduling under that sampler).
+@pytest.mark.slow  # two 40 GPU-h sim studies (~1-3 min each)
+@pytest.mark.parametrize("sampler", [
+    "tpe-multivariate",
+    # the spec's `auto` (model-guided, reuse-aware: expected improvement per expected second,
+    # set-up included, and a warm worker keeps its model while its build is over a quarter of
+    # the time run on it) measured 34% on 2026-11-23 (docs/benchmarks.md): issue 15 open
+    pytest.param("auto", marks=pytest.mark.xfail(strict=True, reason="issue 15: set-up 34% with auto"))])
+def test_warm_7b_study_spends_at_most_a_quarter_on_start_up(tmp_path, sampler):
     shares, oks = {}, {}
-    tpe = dataclasses.replace(SPEC, study=dataclasses.replace(SPEC.study, sampler="tpe-multivariate"))
+    base = dataclasses.replace(SPEC, study=dataclasses.replace(SPEC.study, sampler=sampler))
     for resident in (False, True):
-        spec = dataclasses.replace(tpe, trial=dataclasses.replace(tpe.trial, resident=resident))
+        spec = dataclasses.replace(base, trial=dataclasses.replace(base.trial, resident=resident))
         storage = f"sqlite:///{tmp_path}/{resident}.db"
         run_study(spec, RunOptions(storage_url=storage, runs_dir=tmp_path / "runs"))
         trials = optuna.load_study(study_name=spec.study.name, storage=storage).trials
@@ -183,4 +184,4 @@ def test_warm_7b_study_spends_at_most_a_quarter_on_start_up(tmp_path):
         shares[resident] = sum(t.user_attrs.get("setup_gpu_seconds", 0.0) for t in trials) / used
         oks[resident] = sum(t.user_attrs.get("status") == "ok" for t in trials)
     assert shares[True] <= 0.25 < shares[False]
-    assert oks[True] > oks[False]
+    assert oks[True] >= 60 and oks[True] > oks[False]

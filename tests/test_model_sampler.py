@@ -63,7 +63,7 @@ def test_running_trials_and_finished_configs_are_never_proposed_again():
         t.set_user_attr("status", "ok")
         study.tell(t, 4500.0)
     picks = [t.user_attrs.get("model_pick") for t in study.get_trials()]
-    assert picks[:3] == ["startup"] * 3 and "ei" in picks
+    assert picks[:3] == ["startup"] * 3 and "ei_per_cost" in picks
 
 
 def test_enqueued_baseline_keeps_its_params():
@@ -85,3 +85,63 @@ def test_certain_failures_and_pruned_nccl_settings_are_avoided():
         t.set_user_attr("status", "ok")
         study.tell(t, 10000.0)
     assert all(t.state == TrialState.COMPLETE for t in study.get_trials())
+
+
+# ------------------------------------------------------------------ reuse-aware picks (issue 15)
+
+def _layout_spec(resident=True):
+    """13B on one node of 8: hybrid_shard's shard group is the node, the same layout as
+    full_shard to helper's model, so the two predict alike and tie on expected improvement."""
+    from tuner.spec import parse_spec
+
+    raw = _spec().to_dict()
+    raw.pop("budget")
+    raw["space"] = {"sharding": ["full_shard", "hybrid_shard"], "micro_batch": [1, 2]}
+    raw["baseline"] = {"sharding": "full_shard", "micro_batch": 1}
+    raw["trial"] = {**raw["trial"], "resident": resident}
+    return parse_spec(raw)
+
+
+def _measured(spec, params, value=3000.0):
+    from optuna.distributions import CategoricalDistribution
+
+    return optuna.trial.create_trial(
+        params=params, distributions={k.name: CategoricalDistribution(list(k.choices)) for k in spec.space},
+        value=value, user_attrs={"status": "ok"})
+
+
+def test_with_equal_ei_the_pick_keeps_the_warm_workers_model_and_cold_trials_do_not_care():
+    from tuner.batching import Worker
+
+    picks = {}
+    for resident in (True, False):
+        spec = _layout_spec(resident)
+        done = [_measured(spec, {"sharding": s, "micro_batch": 1}) for s in ("full_shard", "hybrid_shard")]
+        for layout in ("full_shard", "hybrid_shard"):
+            sampler = ModelGuidedSampler(spec, n_startup=0)
+            sampler.worker = Worker(params={"sharding": layout, "micro_batch": 1})
+            params, attrs = sampler.propose(done)
+            picks[resident, layout] = params["sharding"], attrs["model_switch"]
+            assert attrs["model_pick"] == "ei_per_cost" and params["micro_batch"] == 2
+    # warm: the worker's model stays (micro_batch needs nothing); a rebuild is the dearer pick
+    assert picks[True, "full_shard"] == ("full_shard", "none")
+    assert picks[True, "hybrid_shard"] == ("hybrid_shard", "none")
+    # cold: every trial starts afresh, so which layout the last trial had does not matter
+    assert picks[False, "full_shard"] == picks[False, "hybrid_shard"]
+    assert picks[False, "full_shard"][1] == "process"
+
+
+def test_the_sampler_follows_its_own_coordinators_worker():
+    spec = _layout_spec()
+    sampler = ModelGuidedSampler(spec)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    trial = study.ask({"sharding": optuna.distributions.CategoricalDistribution(["full_shard", "hybrid_shard"])})
+    for key, value in {"status": "ok", "warm": False, "gpu_seconds": 500.0}.items():
+        trial.set_user_attr(key, value)
+    study.tell(trial, 3000.0)
+    assert sampler.worker is not None and sampler.worker.params["sharding"] == trial.params["sharding"]
+    timed_out = study.ask()
+    for key, value in {"status": "timeout", "warm": True, "gpu_seconds": 900.0}.items():
+        timed_out.set_user_attr(key, value)
+    study.tell(timed_out, 0.0)
+    assert sampler.worker is None  # a timeout ends the worker: the next trial starts one

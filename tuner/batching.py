@@ -27,7 +27,7 @@ from typing import Any
 from tuner import knobs
 
 __all__ = ["Cost", "estimate_cost", "costs_from_trials", "estimate_from_trials", "reuse_order", "RECENT",
-           "setup_seconds", "DATA_LOADER_S"]
+           "setup_seconds", "DATA_LOADER_S", "Worker", "worker_after", "switch_level", "setup_seconds_by_level"]
 
 RECENT = 10
 """Estimates use the last this many finished trials (as tuner.budget.estimate_trial_cost)."""
@@ -143,3 +143,106 @@ def setup_seconds(level: str, startup_parts: Mapping[str, float]) -> float:
     if level == "communicators":
         total += startup_parts.get("rendezvous_s", 0.0)
     return float(total)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Worker:
+    """A coordinator's resident worker between trials, as its sampler sees it."""
+
+    params: Mapping[str, Any]
+    """The knob values of the last config it ran."""
+    failed: bool = False
+    """That config failed (OOM, a refused collective): the worker recovered in place, and its
+    next config gets a new model and new communicators (objectives/resident.py, the sim)."""
+    build_seconds: float = 0.0
+    """Set-up seconds the worker's current model cost (a fresh worker's start-up, or a model or
+    communicator rebuild)."""
+    model_seconds: float = 0.0
+    """Seconds of the trials run on that model so far, its set-up included."""
+
+    def keeps_model(self, max_build_share: float) -> bool:
+        """Whether the worker should keep its model: its build is still more than
+        ``max_build_share`` of the time run on it (rent-or-buy: a rebuild is paid back by
+        the configs that use it).
+
+        Example:
+            >>> Worker(params={}, build_seconds=20.0, model_seconds=50.0).keeps_model(0.25)
+            True
+        """
+        return self.build_seconds > max_build_share * self.model_seconds
+
+
+def worker_after(previous: Worker | None, params: Mapping[str, Any], attrs: Mapping[str, Any]) -> Worker | None:
+    """The worker after a trial this coordinator finished (its params and user attrs); None
+    when no worker is up (the next trial starts one).
+
+    A trial that never ran (0 GPU-s, no ``warm`` attr: an admission cut short) leaves the
+    worker as it was; a cold launch, or one that ended its worker (a timeout, the budget's end,
+    an interrupt), leaves none.
+
+    Example:
+        >>> worker_after(None, {"micro_batch": 2}, {"warm": False, "status": "ok", "gpu_seconds": 90.0,
+        ...                                         "startup_seconds": 60.0})
+        Worker(params={'micro_batch': 2}, failed=False, build_seconds=60.0, model_seconds=90.0)
+        >>> worker_after(None, {"micro_batch": 2}, {"status": "ok", "gpu_seconds": 90.0}) is None
+        True
+    """
+    if "warm" not in attrs:
+        return previous if not attrs.get("gpu_seconds") else None
+    status = attrs.get("status")
+    if status not in ("ok", "oom", "error"):
+        return None
+    seconds = float(attrs.get("gpu_seconds") or 0.0) / max(1, int(attrs.get("world_size") or 1))
+    level = switch_level(previous if attrs["warm"] else None, params)
+    if knobs.RECONFIGURE.index(level) >= knobs.RECONFIGURE.index("model") or previous is None:
+        build, spent = float(attrs.get("startup_seconds") or 0.0), seconds
+    else:
+        build, spent = previous.build_seconds, previous.model_seconds + seconds
+    return Worker(params=dict(params), failed=status != "ok", build_seconds=build, model_seconds=spent)
+
+
+def switch_level(worker: Worker | None, params: Mapping[str, Any]) -> str:
+    """What running ``params`` next needs of ``worker`` (tuner.knobs.RECONFIGURE): ``process``
+    when none is up; after a failed config at least new ``communicators``.
+
+    Example:
+        >>> w = Worker(params={"micro_batch": 2, "activation_checkpointing": False})
+        >>> switch_level(w, {"micro_batch": 4, "activation_checkpointing": False})
+        'none'
+        >>> switch_level(w, {"micro_batch": 2, "activation_checkpointing": True})
+        'model'
+        >>> switch_level(Worker(params=w.params, failed=True), w.params), switch_level(None, w.params)
+        ('communicators', 'process')
+    """
+    if worker is None:
+        return "process"
+    level = knobs.reconfiguration(worker.params, params)
+    if worker.failed:
+        level = max(level, "communicators", key=knobs.RECONFIGURE.index)
+    return level
+
+
+def setup_seconds_by_level(startup_parts: Mapping[str, float], trials: Iterable[Any] = ()) -> dict[str, float]:
+    """Set-up seconds of a trial for each reconfiguration level: the median this study
+    measured where its trials record it, else :func:`setup_seconds` from ``startup_parts``.
+
+    Measured: a warm trial's ``startup_seconds`` at its ``reconfigured`` level (the sim
+    launcher records both), and a worker's start-up (``worker_startup_gpu_seconds`` /
+    ``world_size``) for ``process``. Trials: Optuna FrozenTrials or anything with user_attrs.
+
+    Example:
+        >>> parts = {"fixed_s": 60.0, "rendezvous_s": 2.3, "model_init_s": 21.0, "load_weights_s": 0.0}
+        >>> class T:
+        ...     user_attrs = {"warm": True, "reconfigured": "model", "startup_seconds": 30.0}
+        >>> setup_seconds_by_level(parts, [T()])["model"], setup_seconds_by_level(parts)["model"]
+        (30.0, 23.0)
+    """
+    seen: dict[str, list[float]] = {}
+    for t in trials:
+        a = t.user_attrs
+        if a.get("warm") is True and a.get("reconfigured") in knobs.RECONFIGURE and a.get("startup_seconds"):
+            seen.setdefault(a["reconfigured"], []).append(float(a["startup_seconds"]))
+        elif a.get("warm") is False and a.get("worker_startup_gpu_seconds") and a.get("world_size"):
+            seen.setdefault("process", []).append(float(a["worker_startup_gpu_seconds"]) / float(a["world_size"]))
+    return {level: float(statistics.median(seen[level])) if level in seen else setup_seconds(level, startup_parts)
+            for level in knobs.RECONFIGURE}

@@ -14,17 +14,27 @@ parallel coordinators and optuna-dashboard work as with any other. For every tri
    away from everything tried (diverse top predictions, not random trials), then the config
    of highest expected improvement x the probability that it fits in memory (peak ratios
    learned from this study) x 1/2 for an NCCL setting whose version-dependent rule is
-   still unsettled; never a config already finished, running, failed or pruned.
+   still unsettled, per expected second of the trial (cost-aware EI, Snoek et al. 2012,
+   "EI per second"); never a config already finished, running, failed or pruned.
+
+A trial's expected seconds are the set-up its switch needs from this coordinator's resident
+worker (nothing, a new data loader, a model rebuild, new communicators, a fresh worker:
+tuner.knobs' catalogue, tuner.batching; measured in this study where it has) plus its
+warm-up and measured steps at its predicted step time. Cold trials all pay a start-up. A
+warm worker also keeps its model while that model's build is more than
+:data:`MAX_BUILD_SHARE` of the seconds run on it (rent-or-buy): the configs that need no
+rebuild run as a batch, and set-up stays near a quarter of trial time at most.
 
 Knobs helper's model does not know (or a float range) are left to a TPE sampler. Each trial
 it picks carries user attrs ``predicted_tokens_per_sec_per_gpu`` (the calibrated model's
-mean), ``predicted_rel_sd`` and ``model_pick`` (`startup`, `ei`, `enqueued`), surfaced as
-"predicted vs measured" by analysis and the report.
+mean), ``predicted_rel_sd``, ``model_pick`` (`startup`, `ei_per_cost`,
+`ei_per_cost_same_model`, `enqueued`: why it was picked), ``model_switch`` (what it needs of
+the worker) and ``predicted_trial_seconds``, surfaced as "predicted vs measured" by analysis
+and the report.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import warnings
 from typing import Any
@@ -36,23 +46,25 @@ from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
 from helper.compute import padded_rows
-from tuner import knobs, surrogate
+from tuner import batching, knobs, surrogate
+from tuner.model_grid import MODEL_KNOBS, ModelGrid
 from tuner.optuna_internals import study_storage, trial_id
-from tuner.screening import PRIOR_MEMORY_MARGIN, nccl_problem
+from tuner.screening import PRIOR_MEMORY_MARGIN
 from tuner.space import complete_params, distribution
 from tuner.spec import StudySpec
 
 __all__ = ["ModelGuidedSampler", "model_knows", "top_prediction", "MODEL_KNOBS"]
 
-MODEL_KNOBS = ("nccl_algo", "nccl_proto", "num_workers", "prefetch_factor", "grad_accum", "micro_batch",
-               "padding", "activation_checkpointing", "sharding")
-"""Knobs helper's model predicts (prefetch_factor has no steady-state effect in it)."""
 PRIOR_RESIDUAL_SD = 0.15
 """Log-residual spread of the model before this study has measured enough to say: helper's
 validation against published figures is within ~10-20% (docs/validation.md)."""
 FIT_ON_BEST = 16
 """The refit uses the best this many ok trials (and the baseline): it calibrates the model
 where the optimum is, and keeps each refit's cost flat as the study grows."""
+MAX_BUILD_SHARE = 0.25
+"""A warm worker keeps its model (picks only configs that need no rebuild) until that
+model's set-up is at most this share of the seconds run on it: rent-or-buy over rebuilds
+(issue 15's target: set-up at most a quarter of trial GPU time)."""
 NOISE_SD = 0.02
 """Log sd of one trial's mean: the sim's 1% run-to-run offset plus a 2% CI target."""
 
@@ -64,99 +76,7 @@ def model_knows(spec: StudySpec) -> bool:
     return bool(spec.model.preset) and spec.cluster.gpu in GPUS and spec.cluster.backend == "nccl"
 
 
-class _Grid:
-    """The spec's grid over the knobs the model knows, with what does not change per trial."""
-
-    def __init__(self, spec: StudySpec) -> None:
-        self.spec = spec
-        self.names = [k.name for k in spec.space if k.name in MODEL_KNOBS and _finite(k)]
-        values = [spec.knob(n).values_for_grid() for n in self.names]
-        self.configs: list[dict[str, Any]] = []
-        seen = set()
-        for combo in itertools.product(*values):
-            params = dict(zip(self.names, combo))
-            if not knobs_active(params):
-                params.pop("prefetch_factor", None)
-            key = self.key(params)
-            if key not in seen:
-                seen.add(key)
-                self.configs.append(params)
-        self.codes = np.array([[self._code(i, c.get(n)) for i, n in enumerate(self.names)] for c in self.configs])
-        self.full = [complete_params(c, spec) for c in self.configs]
-        from tuner.screening import predicted_memory_gb
-
-        mem_cache: dict[tuple, float] = {}
-        self.mem_gb = np.array([mem_cache.setdefault(_mem_key(f), predicted_memory_gb(spec, f) or 0.0)
-                                for f in self.full])
-        nccl = {}
-        for f in self.full:
-            pair = (str(f.get("nccl_algo", "default")), str(f.get("nccl_proto", "default")))
-            if pair not in nccl:
-                nccl[pair] = nccl_problem(spec, *pair)
-        self.nccl = [nccl[(str(f.get("nccl_algo", "default")), str(f.get("nccl_proto", "default")))]
-                     for f in self.full]
-        self.index = {self.key(c): i for i, c in enumerate(self.configs)}
-        self.memory_traits = (np.array([int(f["micro_batch"]) for f in self.full]),
-                              np.array([bool(f["activation_checkpointing"]) for f in self.full]),
-                              np.array([int(f["grad_accum"]) > 1 for f in self.full]),
-                              np.array([str(f["padding"]) for f in self.full]))
-        self._plans: dict[tuple, Any] = {}
-
-    def _code(self, i: int, value: Any) -> int:
-        if value is None:
-            return -1
-        return list(self.spec.knob(self.names[i]).values_for_grid()).index(value)
-
-    def key(self, params: dict[str, Any]) -> tuple:
-        return tuple(params.get(n) for n in self.names if n in params or n != "prefetch_factor")
-
-    def key_of_trial(self, params: dict[str, Any]) -> tuple | None:
-        p = {n: params[n] for n in self.names if n in params}
-        if not knobs_active(p):
-            p.pop("prefetch_factor", None)
-        return self.key(p) if len(p) >= len(self.names) - 1 else None
-
-    def plan(self, i: int, mean_tokens: float) -> tuple[Any, float] | None:
-        """(helper StepPlan, padding efficiency) of candidate i, or None when NCCL cannot run it."""
-        from helper import UnsupportedCollective
-        from helper.throughput import plan_step
-
-        f = self.full[i]
-        spec, c = self.spec, self.spec.cluster
-        row, eff, per_row = padded_rows(f["padding"], spec.model.seq_len, int(f["micro_batch"]), mean_tokens)
-        key = (tuple(sorted((k, str(v)) for k, v in f.items() if k != "prefetch_factor")), row, round(per_row, 3))
-        if key not in self._plans:
-            try:
-                self._plans[key] = plan_step(
-                    spec.model.preset, c.world_size, gpu=c.gpu, seq_len=row, micro_batch=int(f["micro_batch"]),
-                    grad_accum=int(f["grad_accum"]), activation_checkpointing=bool(f["activation_checkpointing"]),
-                    gpus_per_node=c.gpus_per_node, nccl_algo=f["nccl_algo"], nccl_proto=f["nccl_proto"],
-                    num_workers=int(f["num_workers"]), prefetch_factor=f.get("prefetch_factor"),
-                    padding_efficiency=eff, examples_per_sequence=per_row,
-                    reshard_after_forward=knobs.fsdp_reshard_after_forward(f))
-            except UnsupportedCollective:
-                self._plans[key] = None
-        plan = self._plans[key]
-        return None if plan is None else (plan, eff)
-
-
-def knobs_active(params: dict[str, Any]) -> bool:
-    """Whether prefetch_factor applies (tuner.knobs' rule: only with workers)."""
-    return knobs.is_active("prefetch_factor", params) if "num_workers" in params else True
-
-
-def _finite(k: Any) -> bool:
-    try:
-        return len(k.values_for_grid()) > 0
-    except ValueError:
-        return False
-
-
-def _mem_key(f: dict[str, Any]) -> tuple:
-    return (f["micro_batch"], f["grad_accum"], f["activation_checkpointing"], f["padding"], f.get("sharding"))
-
-
-def _predict(grid: _Grid, idx: np.ndarray, constants: dict[str, float], mean_tokens: float) -> np.ndarray:
+def _predict(grid: ModelGrid, idx: np.ndarray, constants: dict[str, float], mean_tokens: float) -> np.ndarray:
     """Calibrated model tokens/s/GPU for candidates ``idx`` (0 where NCCL cannot run them)."""
     from helper.throughput import step_time_breakdown
 
@@ -173,7 +93,7 @@ def _predict(grid: _Grid, idx: np.ndarray, constants: dict[str, float], mean_tok
     return out
 
 
-def _calibrated_constants(spec: StudySpec, grid: _Grid, ok: list[FrozenTrial], mean_tokens: float,
+def _calibrated_constants(spec: StudySpec, grid: ModelGrid, ok: list[FrozenTrial], mean_tokens: float,
                           warm: dict[str, Any] | None = None) -> tuple[dict[str, float], dict[str, Any] | None]:
     """helper's constants for the spec's GPU refitted to the ok trials (MAP), and the calibration.
 
@@ -238,13 +158,17 @@ class ModelGuidedSampler(BaseSampler):
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             self._fallback = fallback or optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
                                                                     constant_liar=True)
-        self._grid: _Grid | None = None
+        self._grid: ModelGrid | None = None
         self._calibration: dict[str, Any] | None = None  # the last refit (warm start)
+        self.worker: batching.Worker | None = None
+        """This coordinator's resident worker as its last finished trial left it (after_trial:
+        Optuna calls it in the process that tells the trial, so parallel coordinators each see
+        their own); None: the next trial starts one. A new coordinator starts with none up."""
 
     @property
-    def grid(self) -> _Grid:
+    def grid(self) -> ModelGrid:
         if self._grid is None:
-            self._grid = _Grid(self._spec)
+            self._grid = ModelGrid(self._spec)
         return self._grid
 
     def reseed_rng(self) -> None:
@@ -263,6 +187,8 @@ class ModelGuidedSampler(BaseSampler):
     def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
                     values: list[float] | None) -> None:
         self._fallback.after_trial(study, trial, state, values)
+        if self._spec.trial.resident:
+            self.worker = batching.worker_after(self.worker, trial.params, trial.user_attrs)
 
     def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
@@ -360,19 +286,47 @@ class ModelGuidedSampler(BaseSampler):
         m_r, sd = surrogate.residual_gp(x_obs, r_obs, grid.codes[idx], signal_sd=signal, noise_sd=NOISE_SD)
         mu = np.log(pred_c) + m_r
         weight = p_fit[idx] * p_nccl[idx]
-        n_picked = sum(1 for t in trials if t.user_attrs.get("model_pick") in ("startup", "ei"))
+        seconds, levels = self._trial_seconds(trials, ok, idx, mu, mean_tokens)
+        n_picked = sum(1 for t in trials if t.user_attrs.get("model_pick") in ("startup", "ei", "ei_per_cost"))
         if fixed is not None:
             j, how = 0, "enqueued"
         elif n_picked < self._n_startup or not obs_y:
             taken = grid.codes[np.array(obs_idx + pending, dtype=int)] if obs_idx or pending else grid.codes[:0]
             j, how = surrogate.diverse_top(mu + np.log(np.maximum(weight, 1e-9)), grid.codes[idx], taken), "startup"
-        else:
+        else:  # expected improvement per expected second of the trial (its GPUs are fixed)
             ei = surrogate.expected_improvement(mu, sd, max(obs_y)) * weight
-            j, how = int(np.argmax(ei)), "ei"
+            acq = ei / seconds
+            j, how = int(np.argmax(acq)), "ei_per_cost"
+            keep = levels < knobs.RECONFIGURE.index("model")
+            if (self._spec.trial.resident and self.worker is not None and levels[j] >= knobs.RECONFIGURE.index("model")
+                    and self.worker.keeps_model(MAX_BUILD_SHARE) and np.any(keep & (acq > 0))):
+                j, how = int(np.argmax(np.where(keep, acq, -1.0))), "ei_per_cost_same_model"
         params = dict(grid.configs[int(idx[j])])
         attrs = {"predicted_tokens_per_sec_per_gpu": round(float(math.exp(mu[j])), 1),
-                 "predicted_rel_sd": round(float(sd[j]), 4), "model_pick": how, "model_calibrated_on": len(ok)}
+                 "predicted_rel_sd": round(float(sd[j]), 4), "model_pick": how, "model_calibrated_on": len(ok),
+                 "model_switch": knobs.RECONFIGURE[int(levels[j])], "predicted_trial_seconds": round(float(seconds[j]), 1)}
         return params, attrs
+
+    def _trial_seconds(self, trials: list[FrozenTrial], ok: list[FrozenTrial], idx: np.ndarray, mu: np.ndarray,
+                       mean_tokens: float) -> tuple[np.ndarray, np.ndarray]:
+        """(expected seconds, reconfiguration level) of running each candidate next: the set-up
+        its switch needs from this coordinator's worker (all pay a start-up when trials are
+        cold or no worker is up; tuner.batching, measured in this study where it has), then
+        warm-up and measured steps at its predicted step time (mean steps of recent ok trials)."""
+        from helper.throughput import estimate_startup_seconds
+
+        spec, t = self._spec, self._spec.trial
+        c = spec.cluster
+        parts = estimate_startup_seconds(spec.model.preset, c.world_size, gpu=c.gpu,
+                                         gpus_per_node=c.gpus_per_node).details
+        setup = batching.setup_seconds_by_level(parts, trials)
+        levels = self.grid.switch_levels(self.worker if t.resident else None)[idx]
+        process = knobs.RECONFIGURE.index("process")
+        searched = [len(s.intermediate_values) for s in ok if not s.user_attrs.get("role")][-batching.RECENT:]
+        steps = float(np.mean(searched)) if searched else float(t.measure_steps)
+        warmup = np.where(levels < process, min(t.warmup_steps, t.warm_warmup_steps), t.warmup_steps)
+        step_s = self.grid.tokens_per_gpu_step(mean_tokens)[idx] / np.exp(mu)
+        return np.array([setup[lv] for lv in knobs.RECONFIGURE])[levels] + (warmup + steps) * step_s, levels
 
 
 def _capacity(spec: StudySpec) -> float:
@@ -384,7 +338,7 @@ def _capacity(spec: StudySpec) -> float:
 def top_prediction(spec: StudySpec) -> dict[str, Any]:
     """helper's best config for the spec with no trial run ("model only"): the highest
     prediction of the shipped calibration among configs it says run and fit (complete params)."""
-    grid = _Grid(spec)
+    grid = ModelGrid(spec)
     idx = np.array([i for i in range(len(grid.configs))
                     if grid.nccl[i] is None and grid.mem_gb[i] <= _capacity(spec)])
     from helper import DEFAULT_MEAN_TOKENS_PER_EXAMPLE, resolve_constants
