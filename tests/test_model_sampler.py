@@ -145,3 +145,25 @@ def test_the_sampler_follows_its_own_coordinators_worker():
         timed_out.set_user_attr(key, value)
     study.tell(timed_out, 0.0)
     assert sampler.worker is None  # a timeout ends the worker: the next trial starts one
+
+
+def test_a_candidate_that_would_outrun_its_budget_cap_is_weighted_out():
+    """Admission stops a trial at budget.CAP_FACTOR x the estimate (tuner.batching): one the
+    model expects to run past that measures nothing and, warm, ends the worker."""
+    import numpy as np
+
+    from tuner import knobs
+
+    spec = _layout_spec(resident=False)
+    done = [optuna.trial.create_trial(
+        params={"sharding": "full_shard", "micro_batch": 1},
+        distributions={k.name: optuna.distributions.CategoricalDistribution(list(k.choices)) for k in spec.space},
+        value=3000.0, user_attrs={"status": "ok", "gpu_seconds": 100.0 * spec.cluster.world_size})]
+    cap_s = 3.0 * 100.0  # CAP_FACTOR x the median cost, per GPU
+    process = knobs.RECONFIGURE.index("process")
+    sampler = ModelGuidedSampler(spec)
+    p = sampler._prob_within_cap(done, np.array([cap_s / 2, cap_s * 3, cap_s * 1e3]), np.array([process] * 3),
+                                 np.array([0.1, 0.1, 0.1]))
+    assert p[0] > 0.99 and p[1] < 0.01 and p[2] == 0.0
+    # before any trial finished, the cap is the spec's (3 x its first estimate): nothing is ruled out
+    assert sampler._prob_within_cap([], np.array([cap_s * 2]), np.array([process]), np.array([0.1]))[0] > 0.99

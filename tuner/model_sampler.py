@@ -23,7 +23,7 @@ tuner.knobs' catalogue, tuner.batching; measured in this study where it has) plu
 warm-up and measured steps at its predicted step time. Cold trials all pay a start-up. A
 warm worker also keeps its model while that model's build is more than
 :data:`MAX_BUILD_SHARE` of the seconds run on it (rent-or-buy): the configs that need no
-rebuild run as a batch, and set-up stays near a quarter of trial time at most.
+rebuild run as a batch, and set-up stays under a quarter of trial time.
 
 Knobs helper's model does not know (or a float range) are left to a TPE sampler. Each trial
 it picks carries user attrs ``predicted_tokens_per_sec_per_gpu`` (the calibrated model's
@@ -41,12 +41,13 @@ from typing import Any
 
 import numpy as np
 import optuna
+import scipy.stats
 from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
 from helper.compute import padded_rows
-from tuner import batching, knobs, surrogate
+from tuner import batching, budget, knobs, scheduling, surrogate
 from tuner.model_grid import MODEL_KNOBS, ModelGrid
 from tuner.optuna_internals import study_storage, trial_id
 from tuner.screening import PRIOR_MEMORY_MARGIN
@@ -61,10 +62,12 @@ validation against published figures is within ~10-20% (docs/validation.md)."""
 FIT_ON_BEST = 16
 """The refit uses the best this many ok trials (and the baseline): it calibrates the model
 where the optimum is, and keeps each refit's cost flat as the study grows."""
-MAX_BUILD_SHARE = 0.25
+MAX_BUILD_SHARE = 0.125
 """A warm worker keeps its model (picks only configs that need no rebuild) until that
-model's set-up is at most this share of the seconds run on it: rent-or-buy over rebuilds
-(issue 15's target: set-up at most a quarter of trial GPU time)."""
+model's set-up is at most this share of the seconds run on it: rent-or-buy over rebuilds.
+Issue 15's target is set-up at most a quarter of trial GPU time; rebuilds get half of it, the
+rest goes to every trial's data-loader set-up, fresh workers and the ablation's reverts
+(7B x 32 sim: 0.25 gave 31 %, 0.125 gives 24 %, docs/benchmarks.md)."""
 NOISE_SD = 0.02
 """Log sd of one trial's mean: the sim's 1% run-to-run offset plus a 2% CI target."""
 
@@ -287,6 +290,7 @@ class ModelGuidedSampler(BaseSampler):
         mu = np.log(pred_c) + m_r
         weight = p_fit[idx] * p_nccl[idx]
         seconds, levels = self._trial_seconds(trials, ok, idx, mu, mean_tokens)
+        weight = weight * self._prob_within_cap(trials, seconds, levels, sd)
         n_picked = sum(1 for t in trials if t.user_attrs.get("model_pick") in ("startup", "ei", "ei_per_cost"))
         if fixed is not None:
             j, how = 0, "enqueued"
@@ -307,26 +311,49 @@ class ModelGuidedSampler(BaseSampler):
                  "model_switch": knobs.RECONFIGURE[int(levels[j])], "predicted_trial_seconds": round(float(seconds[j]), 1)}
         return params, attrs
 
+    def _prob_within_cap(self, trials: list[FrozenTrial], seconds: np.ndarray, levels: np.ndarray,
+                         sd: np.ndarray) -> np.ndarray:
+        """P(each candidate finishes within the cap admission will give it): budget.CAP_FACTOR x
+        the coordinator's estimate (batching.estimate_from_trials, warm when this coordinator's
+        worker is up), over the world size. A trial stopped at its cap measures nothing and, in
+        a resident worker, ends it. The step time scales as exp(-mu), mu ~ N(mu, sd): the trial
+        fits when mu >= log(step seconds x exp(mu) / (cap - set-up)). Candidates well inside the
+        cap get 1 (the pick is unchanged); one whose set-up alone exceeds it gets 0."""
+        spec = self._spec
+        warm = spec.trial.resident and self.worker is not None
+        estimate = batching.estimate_from_trials(trials, first_estimate_gpu_seconds=scheduling.first_estimate(spec),
+                                                 warm=warm)
+        cap_s = budget.CAP_FACTOR * estimate / spec.cluster.world_size
+        setup = self._setup_by_level(trials)[levels]
+        run_s = np.maximum(seconds - setup, 1e-9)
+        room = cap_s - setup
+        with np.errstate(divide="ignore"):
+            z = (np.log(np.maximum(room, 0.0)) - np.log(run_s)) / np.maximum(sd, 1e-6)
+        return scipy.stats.norm.cdf(z)
+
+    def _setup_by_level(self, trials: list[FrozenTrial]) -> np.ndarray:
+        from helper.throughput import estimate_startup_seconds
+
+        c = self._spec.cluster
+        parts = estimate_startup_seconds(self._spec.model.preset, c.world_size, gpu=c.gpu,
+                                         gpus_per_node=c.gpus_per_node).details
+        setup = batching.setup_seconds_by_level(parts, trials)
+        return np.array([setup[lv] for lv in knobs.RECONFIGURE])
+
     def _trial_seconds(self, trials: list[FrozenTrial], ok: list[FrozenTrial], idx: np.ndarray, mu: np.ndarray,
                        mean_tokens: float) -> tuple[np.ndarray, np.ndarray]:
         """(expected seconds, reconfiguration level) of running each candidate next: the set-up
         its switch needs from this coordinator's worker (all pay a start-up when trials are
         cold or no worker is up; tuner.batching, measured in this study where it has), then
         warm-up and measured steps at its predicted step time (mean steps of recent ok trials)."""
-        from helper.throughput import estimate_startup_seconds
-
-        spec, t = self._spec, self._spec.trial
-        c = spec.cluster
-        parts = estimate_startup_seconds(spec.model.preset, c.world_size, gpu=c.gpu,
-                                         gpus_per_node=c.gpus_per_node).details
-        setup = batching.setup_seconds_by_level(parts, trials)
+        t = self._spec.trial
         levels = self.grid.switch_levels(self.worker if t.resident else None)[idx]
         process = knobs.RECONFIGURE.index("process")
         searched = [len(s.intermediate_values) for s in ok if not s.user_attrs.get("role")][-batching.RECENT:]
         steps = float(np.mean(searched)) if searched else float(t.measure_steps)
         warmup = np.where(levels < process, min(t.warmup_steps, t.warm_warmup_steps), t.warmup_steps)
         step_s = self.grid.tokens_per_gpu_step(mean_tokens)[idx] / np.exp(mu)
-        return np.array([setup[lv] for lv in knobs.RECONFIGURE])[levels] + (warmup + steps) * step_s, levels
+        return self._setup_by_level(trials)[levels] + (warmup + steps) * step_s, levels
 
 
 def _capacity(spec: StudySpec) -> float:
