@@ -71,9 +71,9 @@ class SimLauncher(Launcher):
         from tuner import batching
 
         warm = request.spec.trial.resident and self._worker is not None
-        level = knobs.reconfiguration(self._worker, request.params) if warm else "process"
-        if warm and self._failed and level in ("none", "data_loader", "model"):
-            level = "communicators"  # after a failure the worker takes a new model and communicators
+        # after a failure the worker takes a new model and communicators (batching.switch_level)
+        level = batching.switch_level(batching.Worker(params=self._worker, failed=self._failed) if warm else None,
+                                      request.params)
         result = self._launch(request, lambda parts: batching.setup_seconds(level, parts),
                               warmup_steps=min(request.spec.trial.warmup_steps, request.spec.trial.warm_warmup_steps)
                               if warm and level != "process" else request.spec.trial.warmup_steps)
