@@ -8,11 +8,13 @@ For each simulated cluster (7B x 32 H100, 13B x 8 H100, 1B x 16 A100) and each p
   interactions helper does not model, a slow node, a version-dependent NCCL rule,
 
 the true optimum is brute-forced over the spec's whole grid with the sim's noiseless physics.
-Each strategy then runs the study (baseline first, budget admission with caps, adaptive
-measurement, screening before launch: the coordinator's own functions, over in-memory
-storage for speed) and is scored by its recommendation: ``analyze_study``'s best (the
-best ok search trial; no ablation re-runs here), as a share of that optimum, at the end of
-the budget and at 10 and 20 GPU-h. "model-only" is helper's top prediction, no trial run.
+Each strategy then runs the study as ``tuner run`` does (baseline first, budget admission with
+caps, adaptive measurement, no exact repeats, screening before launch, then the ablation round
+that re-measures the best and the next candidates: the coordinator's own functions, over
+in-memory storage for speed) and is scored by its recommendation: analysis.json's ``best``
+(tuner.recommend), as a share of that optimum, at the end of the budget and as the budget
+passes 10 and 20 GPU-h. ``--no-ablation`` scores the search alone. "model-only" is helper's top
+prediction, no trial run.
 
     nice -n 10 python bench/search_efficiency.py --seeds 20          # all strategies
     python bench/search_efficiency.py --quick                        # a smoke run
@@ -42,12 +44,17 @@ import optuna
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tuner import knobs, scheduling  # noqa: E402
+from tuner import batching, knobs, repeats, scheduling  # noqa: E402
+from tuner.ablation import plan_ablation_once  # noqa: E402
+from tuner.analysis import trial_cis  # noqa: E402
 from tuner.budget import ledger_from_trials  # noqa: E402
 from tuner.coordinator import MAX_PRUNED_IN_A_ROW, adaptive_bar, end_unrun, record_result  # noqa: E402
+from tuner.failures import level_failures  # noqa: E402
 from tuner.launch import TrialRequest  # noqa: E402
 from tuner.launch.sim import SimLauncher  # noqa: E402
 from tuner.launch.sim_physics import physics_for, truth  # noqa: E402
+from tuner.recommend import recommend, run_groups  # noqa: E402
+from tuner.record import study_record  # noqa: E402
 from tuner.sampling import make_sampler  # noqa: E402
 from tuner.screening import is_deliberate, screen  # noqa: E402
 from tuner.space import baseline_params, complete_params, is_active, suggest_params  # noqa: E402
@@ -111,9 +118,12 @@ class Truth:
 
 
 def run_one(spec, truth_of, optimum, limit_s, *, cpu_limit_s: float | None = None):
-    """One study with spec's sampler; (final share, {gpuh: share}, counts). ``cpu_limit_s``:
-    stop a sampler that has used this much CPU time (counts["timed_out"] = 1; it is scored on
-    what it found), so one slow seed cannot hold up a whole table."""
+    """One study with spec's sampler, as ``tuner run`` drives it; (final share, {gpuh: share},
+    counts). The coordinator's own admission, repeat and screening functions, the ablation round
+    when the spec keeps a share for it (re-measuring the best and the next candidates: the product
+    default), scored by analysis's recommendation. ``cpu_limit_s``: stop a sampler that has used
+    this much CPU time (counts["timed_out"] = 1; it is scored on what it found), so one slow seed
+    cannot hold up a whole table."""
     started = time.process_time()
     launcher = SimLauncher(spec)
     study = optuna.create_study(direction="maximize", sampler=make_sampler(spec))
@@ -121,21 +131,35 @@ def run_one(spec, truth_of, optimum, limit_s, *, cpu_limit_s: float | None = Non
     base = baseline_params(spec)
     if base:
         study.enqueue_trial(base, user_attrs={"role": "baseline"})
+    ablation = spec.study.ablation_share > 0
+    search_limit = scheduling.search_limit(limit_s, spec.study.ablation_share, ablation=ablation)
+    first_estimate = scheduling.first_estimate(spec)
     used, at, pruned_in_a_row = 0.0, {}, 0
-    counts = {"trials": 0, "launched_failed": 0, "launched_nccl_error": 0, "pruned": 0, "timed_out": 0}
+    counts = {"trials": 0, "launched_failed": 0, "launched_nccl_error": 0, "pruned": 0, "timed_out": 0,
+              "ablation_runs": 0}
     while True:
         if cpu_limit_s is not None and time.process_time() - started > cpu_limit_s:
             counts["timed_out"] = 1
             break
         trials = study.get_trials(deepcopy=False)
         admission = scheduling.next_admission(
-            ledger_from_trials(trials, limit_s), first_estimate_gpu_seconds=scheduling.first_estimate(spec),
-            search_limit_gpu_seconds=limit_s, ablation=False, ablation_planned=False,
-            queued=any(t.state == optuna.trial.TrialState.WAITING for t in trials))
+            ledger_from_trials(trials, limit_s), first_estimate_gpu_seconds=first_estimate,
+            search_limit_gpu_seconds=search_limit, ablation=ablation,
+            ablation_planned=bool(study.user_attrs.get("ablation_planned")),
+            queued=any(t.state == optuna.trial.TrialState.WAITING for t in trials),
+            search_exhausted=bool(study.user_attrs.get("search_exhausted")),
+            estimate_gpu_seconds=batching.estimate_from_trials(
+                trials, first_estimate_gpu_seconds=first_estimate, warm=launcher.warm()))
+        if admission.action == "plan_ablation":
+            if not plan_ablation_once(study, spec, trials):
+                break
+            continue
         if admission.action != "launch" or pruned_in_a_row >= MAX_PRUNED_IN_A_ROW:
             break  # the coordinator's rule: a sampler that proposes only screened-out configs stops
         trial = study.ask()
         params = suggest_params(trial, spec)
+        if repeats.screen(study, spec, trial, params, trials):  # an exact repeat: never launched
+            continue
         counts["trials"] += 1
         verdict = None if is_deliberate(trial.user_attrs) else screen(  # as the coordinator: never the baseline
             study, spec, complete_params(params, spec), launcher=launcher)
@@ -145,6 +169,7 @@ def run_one(spec, truth_of, optimum, limit_s, *, cpu_limit_s: float | None = Non
             pruned_in_a_row += 1
             continue
         pruned_in_a_row = 0
+        counts["ablation_runs"] += trial.user_attrs.get("role") == "ablation"
         trial.set_user_attr("reserved_gpu_seconds", admission.cap_gpu_seconds)
         request = TrialRequest(study_name="bench", number=trial.number, params=complete_params(params, spec),
                                spec=spec, run_dir=Path("/nonexistent"), max_gpu_seconds=admission.cap_gpu_seconds,
@@ -156,20 +181,31 @@ def run_one(spec, truth_of, optimum, limit_s, *, cpu_limit_s: float | None = Non
         counts["launched_nccl_error"] += result.status == "error"
         used += result.gpu_seconds
         for h in CHECKPOINTS_GPUH:
-            if used / 3600 <= h:
+            if h not in at and used / 3600 >= h:  # the recommendation as the budget passes h
                 at[h] = recommended_share(study, truth_of, optimum)
+    final = recommended_share(study, truth_of, optimum)
     for h in CHECKPOINTS_GPUH:
-        at.setdefault(h, 0.0)
-    return recommended_share(study, truth_of, optimum), at, counts
+        at.setdefault(h, final)
+    return final, at, counts
+
+
+def recommended(study) -> dict | None:
+    """analysis.json's ``best`` params (tuner.recommend over the run-level CIs, as analyze_study
+    computes it, without the importance bootstrap), or None when no trial ran ok."""
+    trials = study_record(study).trials
+    cis, _ = trial_cis(trials)
+    tau2, tau_df = run_groups(trials, cis)
+    knob_names = list(study.user_attrs.get("spec", {}).get("space", {}))
+    baseline = next((t for t in trials if t.status == "ok" and t.role == "baseline"), None)
+    best = recommend(trials, cis, tau2=tau2, tau_df=tau_df, levels=level_failures(trials, knob_names),
+                     baseline=baseline)
+    return None if best is None else best["params"]
 
 
 def recommended_share(study, truth_of, optimum) -> float:
-    """analyze_study's `best` (the best ok search trial by its mean), as a share of the optimum."""
-    ok = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-          if t.user_attrs.get("status") == "ok" and t.user_attrs.get("role") != "ablation"]
-    if not ok:
-        return 0.0
-    return truth_of(max(ok, key=lambda t: t.value).params) / optimum
+    """analysis's recommended config (``best``), as a share of the optimum."""
+    params = recommended(study)
+    return 0.0 if params is None else truth_of(params) / optimum
 
 
 def _counts(name: str, c: dict, seconds: float) -> str:
@@ -237,10 +273,12 @@ def summarize_logs(paths) -> str:
     return "\n".join(rows)
 
 
-def base_spec(path: str, *, adaptive: bool = True):
-    """A shipped cluster's spec on the sim launcher, no ablation share (the search alone)."""
+def base_spec(path: str, *, adaptive: bool = True, ablation: bool = True):
+    """A shipped cluster's spec on the sim launcher; ``ablation=False``: no ablation share (the
+    search alone, scored on its search runs)."""
     spec = load_spec(ROOT / path).with_launcher("sim")
-    spec = dataclasses.replace(spec, study=dataclasses.replace(spec.study, ablation_share=0.0))
+    if not ablation:
+        spec = dataclasses.replace(spec, study=dataclasses.replace(spec.study, ablation_share=0.0))
     if not adaptive:
         spec = dataclasses.replace(spec, trial=dataclasses.replace(spec.trial, adaptive=False))
     return spec
@@ -254,7 +292,7 @@ def run_seed(task: dict) -> dict:
     """Every strategy on one (cluster, physics, seed): {"cluster", "kind", "seed", "runs":
     {strategy: (share, {gpuh: share}, counts, cpu_seconds)}, "truth_seconds"} (CPU seconds of
     this process: on a shared machine they say what a run costs, wall seconds do not)."""
-    spec0 = base_spec(task["path"], adaptive=task["adaptive"])
+    spec0 = base_spec(task["path"], adaptive=task["adaptive"], ablation=task.get("ablation", True))
     seed, kind = task["seed"], task["kind"]
     spec = with_(spec0, seed=seed, physics="matched" if kind == "matched" else f"perturbed:{seed}")
     t0 = time.process_time()
@@ -295,6 +333,8 @@ def main() -> None:
     parser.add_argument("--strategies", default="random,tpe,gp,model,model-only",
                         help=f"comma list of {', '.join(STRATEGIES)} (`auto`: tuner's default sampler)")
     parser.add_argument("--no-adaptive", action="store_true", help="measure every trial fully (spec.trial.adaptive off)")
+    parser.add_argument("--no-ablation", action="store_true",
+                        help="no ablation round (the search alone, scored on its search runs)")
     parser.add_argument("--physics", default="matched,mismatched", help="comma list: matched, mismatched")
     parser.add_argument("--only", default="", help="comma list of cluster names (e.g. sim-llama1b-a100x16)")
     parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1 "
@@ -320,7 +360,8 @@ def main() -> None:
     if bad := [s for s in strategies if s not in STRATEGIES]:
         parser.error(f"--strategies: unknown {', '.join(bad)}; one of {', '.join(STRATEGIES)}")
     last_seed = args.first_seed + seeds
-    tasks = [{"path": path, "kind": kind, "seed": seed, "strategies": strategies, "adaptive": not args.no_adaptive,
+    tasks = [{"path": path, "kind": kind, "seed": seed, "strategies": strategies,
+              "adaptive": not args.no_adaptive, "ablation": not args.no_ablation,
               "budget_gpuh": args.budget_gpuh, "cpu_limit_s": args.cpu_limit_s}
              for path in specs for kind in args.physics.split(",") for seed in range(args.first_seed, last_seed)]
     t0 = time.perf_counter()

@@ -37,16 +37,19 @@ N_CANDIDATES = 2
 
 
 def shortlist(trials: Sequence[Any], knobs: Sequence[str]) -> list[dict[str, Any]]:
-    """Distinct configs of ok search trials (TrialRecords), fastest first, leaving out those
-    the study's failure model calls flaky (tuner.failures): the best to ablate and the
-    candidates to re-measure."""
+    """Distinct configs of ok search trials (TrialRecords), fastest first by the search's
+    smoothed estimate (tuner.smoothing: not by their luckiest run), leaving out those the
+    study's failure model calls flaky (tuner.failures): the best to ablate and the candidates
+    to re-measure."""
     from tuner.failures import config_failure, config_key, failure_model, level_failures
+    from tuner.smoothing import smoothed_values
 
     levels = level_failures(trials, knobs)
     model = failure_model(trials, knobs)
+    smoothed = smoothed_values(trials, knobs)
     out, seen = [], set()
     for t in sorted((t for t in trials if t.status == "ok" and t.role != "ablation" and t.value),
-                    key=lambda t: -t.value):
+                    key=lambda t: (-smoothed.get(config_key(t.params), 0.0), -t.value)):
         key = config_key(t.params)
         if key not in seen and not config_failure(t.params, trials, levels, model)["flaky"]:
             out.append(t.params)

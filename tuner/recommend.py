@@ -14,6 +14,7 @@ from typing import Any
 from tuner.configs import config_estimate, holm, ratio_estimate, run_to_run_variance
 from tuner.failures import config_failure, config_key, failure_model, is_attempt, is_failure
 from tuner.record import TrialRecord
+from tuner.smoothing import smoothed_values
 
 __all__ = ["RunCIs", "run_groups", "recommend", "ablation_effects", "what_matters"]
 
@@ -88,8 +89,9 @@ def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df
         chosen = beats[0] if beats else planned
     elif others:
         chosen = others[0]
-    else:
-        chosen = max(reliable or rows, key=lambda r: r["search"]["mean"])
+    else:  # no re-measurement: the search's smoothed estimate (tuner.smoothing), not its luckiest run
+        smoothed = smoothed_values(trials, list(levels))
+        chosen = max(reliable or rows, key=lambda r: (smoothed.get(r["key"], 0.0), r["search"]["mean"]))
     any_remeasured = chosen["remeasured"] is not None
     base_est = None
     if baseline is not None:
