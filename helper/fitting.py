@@ -1,6 +1,7 @@
 """Fit the model's free constants to measured throughput (``fit_calibration``).
 
-Per GPU model, a maximum-a-posteriori fit with ``scipy.optimize.least_squares``:
+Per GPU model (or per group of GPU models ``tied`` as one chip on one network), a
+maximum-a-posteriori fit with ``scipy.optimize.least_squares``:
 
 - data residuals ``(log predicted - log measured) / noise_rel`` (relative errors, so a
   2,000 and a 20,000 tokens/s measurement weigh alike);
@@ -203,7 +204,8 @@ def _per_knob(measurements: list[dict], items: list, errors: list[float]) -> dic
 
 def fit_calibration(measurements: list[dict[str, Any]], *, base: dict[str, Any] | None = None,
                     noise_rel: float | None = None, source: str | None = None,
-                    max_nfev: int = 200, n_starts: int = 5, cross_validate: bool = False) -> dict[str, Any]:
+                    max_nfev: int = 200, n_starts: int = 5, cross_validate: bool = False,
+                    tied: dict[str, str] | None = None) -> dict[str, Any]:
     """Fit the model's constants to measurements; a calibration dict with quality and provenance.
 
     Args:
@@ -221,6 +223,9 @@ def fit_calibration(measurements: list[dict[str, Any]], *, base: dict[str, Any] 
             (``quality.loo_*``): the honest error on configurations the fit did not see.
             One refit per measurement: ``tuner distill`` and ``bench/validate_model.py`` turn
             it on; callers that fit in a loop (a model-guided sampler) leave it off.
+        tied: GPU model -> group label: GPU models with one label are fitted as one group
+            and get the same constants (the same chip on the same network, e.g. the 40 and
+            80 GB A100 in MosaicML's tables). Default: each GPU model on its own.
 
     Returns:
         A calibration (``load_calibration``'s format): ``constants`` (base blocks updated
@@ -263,10 +268,12 @@ def fit_calibration(measurements: list[dict[str, Any]], *, base: dict[str, Any] 
         raise ValueError(f"no usable measurement among {len(measurements)} "
                          f"({skipped[0]['reason'] if skipped else 'empty list'})")
 
-    by_gpu: dict[str, list] = defaultdict(list)
+    tied = tied or {}
+    by_gpu: dict[str, list] = defaultdict(list)  # fit group -> its measurements
     for it in items:
-        by_gpu[it[1].gpu.name].append(it)
-    base_consts = {g: resolve_constants(base, g)[0] for g in by_gpu}
+        by_gpu[tied.get(it[1].gpu.name, it[1].gpu.name)].append(it)
+    gpu_names = sorted({it[1].gpu.name for it in items})
+    base_consts = {g: resolve_constants(base, g)[0] for g in gpu_names}
     before = _pct_errors(items, base_consts)
 
     constants = copy.deepcopy(base["constants"])
@@ -275,16 +282,18 @@ def fit_calibration(measurements: list[dict[str, Any]], *, base: dict[str, Any] 
     posterior: dict[str, dict[str, float]] = {}
     converged: dict[str, bool] = {}
     loo: list[float] = []
-    for g, group in by_gpu.items():
-        fitted, informed, sd, ok = _fit_group(group, base_consts[g], noise_rel, max_nfev, n_starts)
+    for group in by_gpu.values():
+        members = sorted({p.gpu.name for _, p, _, _ in group})
+        prior = base_consts[members[0]]
+        fitted, informed, sd, ok = _fit_group(group, prior, noise_rel, max_nfev, n_starts)
         # Pin what the data did not inform at its base value and refit the rest as one set:
         # the written constants are then a consistent optimum, not a mix (issue 13).
         free = [k for k in informed if not k.startswith("padding_")]
-        fitted, _, sd2, ok = _fit_group(group, base_consts[g], noise_rel, max_nfev, n_starts,
+        fitted, _, sd2, ok = _fit_group(group, prior, noise_rel, max_nfev, n_starts,
                                         free=free, start=fitted)
         sd.update(sd2)
         if cross_validate and len(group) > 2:
-            loo.extend(_loo_errors(group, base_consts[g], noise_rel, max_nfev, free, fitted))
+            loo.extend(_loo_errors(group, prior, noise_rel, max_nfev, free, fitted))
         # Start-up: the median of (measured - modelled variable part) sets startup_fixed_s.
         starts = [(measurements[i]["startup_seconds"], p) for i, p, *_ in group
                   if isinstance(measurements[i].get("startup_seconds"), (int, float))]
@@ -293,21 +302,23 @@ def fit_calibration(measurements: list[dict[str, Any]], *, base: dict[str, Any] 
                         + fitted["model_init_s_per_gparam"] * p.shape.n_params / 1e9) for s, p in starts]
             fitted["startup_fixed_s"] = max(0.5, statistics.median(var))
             informed.append("startup_fixed_s")
-        fitted_by_gpu[g] = fitted
-        block = constants.setdefault(g, {})
-        block.update({k: round(fitted[k], 6) for k in informed})
-        informed_all[g] = sorted(set(informed_all.get(g, [])) | set(informed))
-        posterior[g] = {k: round(v, 4) for k, v in sd.items()}
-        converged[g] = ok
+        for g in members:
+            fitted_by_gpu[g] = fitted
+            constants.setdefault(g, {}).update({k: round(fitted[k], 6) for k in informed})
+            informed_all[g] = sorted(set(informed_all.get(g, [])) | set(informed))
+            posterior[g] = {k: round(v, 4) for k, v in sd.items()}
+            converged[g] = ok
 
     # Quality of what is written (informed constants only), not of the full MAP vector.
     written = {"schema_version": SCHEMA_VERSION, "source": "fit", "constants": constants}
     after = _pct_errors(items, {g: {**resolve_constants(written, g)[0],
                                     **{k: v for k, v in fitted_by_gpu[g].items() if k.startswith("padding_")}}
-                                for g in by_gpu})
+                                for g in gpu_names})
     abs_after = [abs(e) for e in after]
-    per_gpu = {g: {"n": len(grp), "median_abs_pct_error": round(statistics.median(
-        abs(e) for (it, e) in zip(items, after) if it[1].gpu.name == g), 2)} for g, grp in by_gpu.items()}
+    per_gpu = {}
+    for g in gpu_names:
+        errs = [abs(e) for it, e in zip(items, after) if it[1].gpu.name == g]
+        per_gpu[g] = {"n": len(errs), "median_abs_pct_error": round(statistics.median(errs), 2)}
     now = _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat()
     studies = sorted({str(m["study"]) for m in measurements if m.get("study")})
     refs = sorted({str(m["ref"]) for m in measurements if m.get("ref")})
@@ -334,6 +345,7 @@ def fit_calibration(measurements: list[dict[str, Any]], *, base: dict[str, Any] 
         "provenance": {
             "method": "scipy.optimize.least_squares on log throughput, noise_rel="
                       f"{noise_rel}, weak priors on logit/log scale (helper/fitting.py)",
+            "tied": dict(sorted(tied.items())),
             "base_source": base.get("source"),
             "studies": studies, "references": refs,
             "posterior_sd": posterior, "converged": converged,

@@ -142,6 +142,26 @@ def test_bad_measurements_are_skipped_with_a_reason_and_none_is_an_error():
         fit_calibration(bad)
 
 
+def test_tied_gpu_models_are_fitted_as_one_group_and_share_the_constants():
+    """Two GPU models with one chip: each has only a sliver of the grid, together they pin it."""
+    grid = [dict(gpu_count=n, micro_batch=mb, seq_len=s) for n, mb, s in itertools.product((8, 32), (1, 4), (1024, 4096))]
+    truth = {"compute_efficiency": 0.5}
+    ms = (_synthetic(grid[::2], truth, gpu="A100-40GB", model_size="7b", num_workers=4, seed=1)
+          + _synthetic(grid[1::2], truth, gpu="A100-80GB", model_size="7b", num_workers=4, seed=2))
+    tied = fit_calibration(ms, tied={"A100-40GB": "A100", "A100-80GB": "A100"})
+    apart = fit_calibration(ms)
+    c = tied["constants"]
+    assert c["A100-40GB"] == c["A100-80GB"] and "compute_efficiency" in c["A100-80GB"]
+    assert tied["informed"]["A100-40GB"] == tied["informed"]["A100-80GB"]
+    assert tied["provenance"]["tied"] == {"A100-40GB": "A100", "A100-80GB": "A100"}
+    assert apart["constants"]["A100-40GB"] != apart["constants"]["A100-80GB"]
+    assert set(tied["quality"]["per_gpu"]) == {"A100-40GB", "A100-80GB"}
+    assert tied["quality"]["per_gpu"]["A100-40GB"]["n"] == 4
+    # The shipped default fits the two A100s as one (bench/validate_model.py's TIED).
+    shipped = load_calibration()
+    assert shipped["constants"]["A100-40GB"] == shipped["constants"]["A100-80GB"]
+
+
 # --- issue 13: honest error, pinned constants, noise, extrapolation ------------------------------
 
 def test_fit_reports_leave_one_out_error_next_to_in_sample():
