@@ -321,7 +321,7 @@ def seed_line(r: dict, last_seed: int, strategies, elapsed_s: float) -> str:
     """The per-seed line --from-logs reads."""
     runs = r["runs"]
     return (f"  {r['cluster']} {r['kind']} seed {r['seed'] + 1}/{last_seed}: "
-            + " ".join(f"{n} {runs[n][0]:.3f}" for n in strategies)
+            + " ".join(f"{n} {runs[n][0]:.4f}" for n in strategies)  # 4 places: --from-logs counts >= 0.99 exactly
             + " | " + " | ".join(_counts(n, runs[n][2], runs[n][3]) for n in strategies)
             + f" | truth {r['truth_seconds']:.0f}s (CPU s) [{elapsed_s:.0f}s wall]")
 

@@ -179,6 +179,35 @@ def test_ablation_after_search(tmp_path, storage_url):
     assert {t.user_attrs["ablation_knob"] for t in reverts} == {k for k in base if base[k] != best.params[k]}
 
 
+class BaselineFailsLauncher(FakeLauncher):
+    """FakeLauncher where the spec's baseline config (micro_batch 1, max_length, default) crashes."""
+
+    def launch(self, request):
+        p = request.params
+        if p["micro_batch"] == 1 and p["padding"] == "max_length" and p["nccl_algo"] == "default":
+            self.calls.append(request)
+            return TrialResult(status="error", message="worker exited with code 1", launcher="fake", world_size=2,
+                               gpu_seconds=10.0, wall_seconds=5.0)
+        return super().launch(request)
+
+
+def test_a_failed_baseline_still_gets_the_best_re_measured(tmp_path, storage_url):
+    """No baseline to revert to: the ablation re-measures the best and the candidates, nothing
+    else, and the recommendation is chosen on those re-measurements."""
+    spec = fast_spec(tmp_path, ablation_share=0.3)
+    run_study(spec, options(storage_url, tmp_path, budget_gpu_seconds=200.0), launcher=BaselineFailsLauncher(spec))
+    study = load(storage_url)
+    assert study.trials[0].user_attrs["role"] == "baseline" and study.trials[0].user_attrs["status"] == "error"
+    ablation = [t for t in study.trials if t.user_attrs.get("role") == "ablation"]
+    assert ablation, "the ablation round was skipped"
+    assert {t.user_attrs.get("remeasure") for t in ablation} <= {"best", "candidate"}
+    assert not any("ablation_knob" in t.user_attrs for t in ablation)
+    search = [t for t in study.trials if t.user_attrs.get("role") != "ablation" and t.user_attrs["status"] == "ok"]
+    assert ablation[0].params in [t.params for t in search] and ablation[0].user_attrs["remeasure"] == "best"
+    best = analyze_record(study_record(study), n_boot=0)["best"]
+    assert best["winners_curse_adjusted"] and best["chosen_on"] == "re-measurements"
+
+
 def test_plan_ablation_handles_the_conditional_knob(tmp_path):
     spec = fast_spec(tmp_path, extra_space="num_workers = [0, 2]\nprefetch_factor = [2, 4]", baseline=False)
     best = {"micro_batch": 2, "num_workers": 2, "prefetch_factor": 4}

@@ -1,7 +1,7 @@
 """Ablation planning: after the search, re-measure the top configs and the best's one-knob reverts.
 
 Each revert sets one knob of the best config back to the baseline's value, so the report can
-say what each knob is worth. The best config, the baseline and the next ``N_CANDIDATES``
+say what each knob is worth. The best config, the baseline (when it ran ok) and the next ``N_CANDIDATES``
 configs are measured again in fresh launches (the winner's curse; run-to-run variation,
 tuner.configs), interleaved with the reverts so that drift over the ablation hits them
 alike. The runs are enqueued once per study, as WAITING trials with user attr
@@ -57,10 +57,11 @@ def shortlist(trials: Sequence[Any], knobs: Sequence[str]) -> list[dict[str, Any
     return out
 
 
-def plan_runs(reverts: list[tuple[str | None, dict[str, Any]]], baseline: dict[str, Any],
+def plan_runs(reverts: list[tuple[str | None, dict[str, Any]]], baseline: dict[str, Any] | None,
               candidates: Sequence[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """(params, extra user attrs) of every ablation run, interleaved: best, baseline, then
     each candidate followed by a revert, then the remaining reverts, then best and baseline again.
+    ``baseline`` None (the baseline failed): no baseline runs.
 
     Example:
         >>> runs = plan_runs([(None, {"a": 2}), ("a", {"a": 1})], {"a": 1}, [{"a": 3}])
@@ -69,7 +70,9 @@ def plan_runs(reverts: list[tuple[str | None, dict[str, Any]]], baseline: dict[s
     """
     best = reverts[0][1]
     knob_runs = [(dict(p), {"ablation_knob": k}) for k, p in reverts[1:]]
-    first = [(dict(best), {"remeasure": "best"}), (dict(baseline), {"remeasure": "baseline"})]
+    first = [(dict(best), {"remeasure": "best"})]
+    if baseline is not None:
+        first.append((dict(baseline), {"remeasure": "baseline"}))
     mixed: list[tuple[dict[str, Any], dict[str, Any]]] = []
     for i, cand in enumerate(candidates):
         mixed.append((dict(cand), {"remeasure": "candidate"}))
@@ -107,8 +110,10 @@ def plan_ablation(spec: StudySpec, best_params: dict[str, Any], baseline: dict[s
 
 
 def plan_ablation_once(study: optuna.Study, spec: StudySpec, trials: Sequence[optuna.trial.FrozenTrial]) -> bool:
-    """Enqueue the ablation runs (once per study). False when there is nothing to ablate:
-    no ok baseline, or no ok search trial."""
+    """Enqueue the ablation runs (once per study). False when there is nothing to re-measure:
+    no ok search trial. Without an ok baseline (the team's config failed on this cluster) there
+    is nothing to revert to: only the best and the candidates are re-measured, so the
+    recommendation is still chosen on fresh runs, not on the search's luckiest one."""
     from tuner.failures import config_key
     from tuner.importance import knob_importance
     from tuner.record import study_record
@@ -120,7 +125,7 @@ def plan_ablation_once(study: optuna.Study, spec: StudySpec, trials: Sequence[op
                  and t.state == TrialState.COMPLETE and t.user_attrs.get("status") == "ok"), None)
     ok = [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("status") == "ok"
           and t.user_attrs.get("role") != "ablation"]
-    if base is None or not ok:
+    if not ok:
         return False
     records = study_record(study).trials
     reliable = shortlist(records, spec.knob_names) or [max(ok, key=lambda t: t.value).params]
@@ -128,12 +133,15 @@ def plan_ablation_once(study: optuna.Study, spec: StudySpec, trials: Sequence[op
     best = next(t for t in ok if config_key(t.params) == config_key(best_params))
     order = [d["knob"] for d in knob_importance([r for r in records if r.role != "ablation"], spec.knob_names,
                                                 n_boot=0)["knobs"] if d["total"] is not None]
-    candidates = [p for p in reliable[1:] if config_key(p) != config_key(base.params)][:N_CANDIDATES]
-    reverts = plan_ablation(spec, best_params, base.params, order)
+    base_params = base.params if base is not None else None
+    candidates = [p for p in reliable[1:] if base_params is None
+                  or config_key(p) != config_key(base_params)][:N_CANDIDATES]
+    reverts = plan_ablation(spec, best_params, base_params, order) if base_params is not None \
+        else [(None, dict(best_params))]
     # a study extended after its ablation plans another round (tuner.study); analysis reads the latest
     round_ = 1 + max((t.user_attrs.get("ablation_round", 1) for t in trials if t.user_attrs.get("role") == "ablation"),
                      default=0)
-    for params, extra in plan_runs(reverts, base.params, candidates):
+    for params, extra in plan_runs(reverts, base_params, candidates):
         study.enqueue_trial(params, user_attrs={"role": "ablation", "ablation_of": best.number,
                                                 "ablation_round": round_, **extra}, skip_if_exists=False)
     return True
