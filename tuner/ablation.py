@@ -134,10 +134,9 @@ def plan_ablation_once(study: optuna.Study, spec: StudySpec, trials: Sequence[op
     order = [d["knob"] for d in knob_importance([r for r in records if r.role != "ablation"], spec.knob_names,
                                                 n_boot=0)["knobs"] if d["total"] is not None]
     base_params = base.params if base is not None else None
-    candidates = [p for p in reliable[1:] if base_params is None
-                  or config_key(p) != config_key(base_params)][:N_CANDIDATES]
-    reverts = plan_ablation(spec, best_params, base_params, order) if base_params is not None \
-        else [(None, dict(best_params))]
+    base_key = config_key(base_params) if base_params is not None else None
+    candidates = [p for p in reliable[1:] if config_key(p) != base_key][:N_CANDIDATES]
+    reverts = plan_ablation(spec, best_params, base_params or {}, order)  # no baseline: no reverts
     # a study extended after its ablation plans another round (tuner.study); analysis reads the latest
     round_ = 1 + max((t.user_attrs.get("ablation_round", 1) for t in trials if t.user_attrs.get("role") == "ablation"),
                      default=0)

@@ -181,6 +181,12 @@ class _Indices:
         return np.concatenate([np.clip(total, 0.0, None), np.minimum(first, total), [model.r2]])
 
 
+def _fit_inputs(trials: Sequence[TrialRecord], knobs: Sequence[str]) -> tuple[list[TrialRecord], list[str]]:
+    """The ok search runs the surrogate is fitted to, and the knobs that vary among them."""
+    ok = [t for t in trials if t.status == "ok" and t.value is not None and t.value > 0 and t.role != "ablation"]
+    return ok, [k for k in knobs if len({json.dumps(t.params.get(k)) for t in ok}) > 1]
+
+
 def knob_importance(trials: Sequence[TrialRecord], knobs: Sequence[str], *, n_boot: int = N_BOOT,
                     seed: int = 0) -> dict[str, Any]:
     """{"knobs": [{knob, total, total_ci95, first_order, first_order_ci95, interaction,
@@ -190,8 +196,7 @@ def knob_importance(trials: Sequence[TrialRecord], knobs: Sequence[str], *, n_bo
     ``matters`` from the point estimate against the placebo's).
     """
 
-    ok = [t for t in trials if t.status == "ok" and t.value is not None and t.value > 0 and t.role != "ablation"]
-    knobs = [k for k in knobs if len({json.dumps(t.params.get(k)) for t in ok}) > 1]
+    ok, knobs = _fit_inputs(trials, knobs)
     empty = {"knobs": [{"knob": k, "total": None, "total_ci95": None, "first_order": None,
                         "first_order_ci95": None, "interaction": None, "vs_placebo_ci95": None,
                         "matters": None} for k in knobs],

@@ -21,9 +21,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from tuner.failures import config_key
-from tuner.importance import _MIN_TRIALS, _encode, _Indices
+from tuner.importance import _MIN_TRIALS, _encode, _fit_inputs, _Indices
 from tuner.record import TrialRecord
 
 __all__ = ["smoothed_values"]
@@ -43,18 +44,12 @@ def smoothed_values(trials: Sequence[TrialRecord], knobs: Sequence[str]) -> dict
         >>> max(est, key=est.get) in (config_key({"a": 2, "b": 0}), config_key({"a": 2, "b": 1}))
         True
     """
-    ok = [t for t in trials if t.status == "ok" and t.value is not None and t.value > 0 and t.role != "ablation"]
-    import json
-
-    varying = [k for k in knobs if len({json.dumps(t.params.get(k)) for t in ok}) > 1]
+    ok, varying = _fit_inputs(trials, knobs)
     if len(ok) < _MIN_TRIALS or not varying:
         return {}
     x = _encode(ok, varying)
     y = np.log([t.value for t in ok])
-
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(1):
+    with threadpool_limits(1):  # small matrices, as in tuner.importance
         fitted = _Indices(varying, 0, x).fit(x, y).predict(x)
     out: dict[str, list[float]] = {}
     for t, f in zip(ok, fitted):
