@@ -154,8 +154,13 @@ def run_one(spec, truth_of, optimum, limit_s, *, cpu_limit_s: float | None = Non
             if not plan_ablation_once(study, spec, trials):
                 break
             continue
-        if admission.action != "launch" or pruned_in_a_row >= MAX_PRUNED_IN_A_ROW:
-            break  # the coordinator's rule: a sampler that proposes only screened-out configs stops
+        if pruned_in_a_row >= MAX_PRUNED_IN_A_ROW and not study.user_attrs.get("search_exhausted"):
+            # the coordinator's rule: a sampler that proposes only screened-out configs ends the
+            # search; the ablation round still runs on what the budget left
+            study.set_user_attr("search_exhausted", True)
+            continue
+        if admission.action != "launch":
+            break
         trial = study.ask()
         params = suggest_params(trial, spec)
         if repeats.screen(study, spec, trial, params, trials):  # an exact repeat: never launched

@@ -208,6 +208,28 @@ def test_a_failed_baseline_still_gets_the_best_re_measured(tmp_path, storage_url
     assert best["winners_curse_adjusted"] and best["chosen_on"] == "re-measurements"
 
 
+def test_a_sampler_that_proposes_only_screened_configs_ends_the_search_not_the_ablation(tmp_path, storage_url,
+                                                                                        monkeypatch):
+    """After its first few trials every proposal is screened out: the search is over, and the
+    ablation round still re-measures what it found (it used to end the study there, the
+    ablation's share unspent and nothing re-measured; seen on the 13B x 8 H100 sim)."""
+    import tuner.coordinator as coordinator
+    from tuner.screening import Verdict
+
+    spec = fast_spec(tmp_path, ablation_share=0.3)
+    launcher = FakeLauncher(spec)
+    monkeypatch.setattr(coordinator, "MAX_PRUNED_IN_A_ROW", 5)
+    monkeypatch.setattr(coordinator, "screen", lambda study, spec, params, launcher=None: (
+        Verdict(rule="memory", reason="screened for the test") if len(launcher.calls) >= 4 else None))
+    summary = run_study(spec, options(storage_url, tmp_path, budget_gpu_seconds=400.0), launcher=launcher)
+    study = load(storage_url)
+    assert study.user_attrs["search_exhausted"] and "screened out" in study.user_attrs["search_exhausted_reason"]
+    ablation = [t for t in study.trials if t.user_attrs.get("role") == "ablation"]
+    assert ablation and all(t.state == TrialState.COMPLETE for t in ablation), "the ablation round was skipped"
+    assert len(launcher.calls) == 4 + len(ablation)
+    assert summary.stopped == "search exhausted"
+
+
 def test_plan_ablation_handles_the_conditional_knob(tmp_path):
     spec = fast_spec(tmp_path, extra_space="num_workers = [0, 2]\nprefetch_factor = [2, 4]", baseline=False)
     best = {"micro_batch": 2, "num_workers": 2, "prefetch_factor": 4}

@@ -75,26 +75,37 @@ def test_a_config_found_after_the_ablation_is_flagged_not_recommended_on_one_run
     late = _search_run_after_ablation(record, 1.3)
     after = analyze_record(StudyRecord(name="x", trials=(*record.trials, late), attrs=record.attrs), n_boot=0)
     best = after["best"]
-    # still the re-measured config, its speedup from re-measurements: the late run is one noisy search run
-    assert best["params"] == before["best"]["params"] and best["winners_curse_adjusted"]
-    assert best["speedup_vs_baseline"]["mean"] == pytest.approx(before["best"]["speedup_vs_baseline"]["mean"])
+    # still a re-measured config, its speedup from its re-measurements: the late run is one noisy
+    # search run (it may move the surrogate that ranks the re-measured configs, not become one)
+    assert best["params"] != late.params and best["winners_curse_adjusted"] and best["remeasure_trials"]
+    remeasured = [t for t in record.trials if t.number in best["remeasure_trials"]]
+    assert remeasured and all(config_key(t.params) == config_key(best["params"]) for t in remeasured)
     flagged = best["faster_not_remeasured"]
     assert flagged["trial"] == late.number and flagged["n_runs"] == 1
     assert flagged["vs_recommended_in_search"]["mean"] > 1.0
     assert "not re-measured" in format_summary(after)
 
 
-def test_an_extended_study_recommends_around_its_latest_ablation_round():
+def _remeasured_again(record, first, params, factor: float, n: int):
+    """Round 2 of an extended study's ablation, planned around ``params``: its re-measurements,
+    ``factor`` x round 1's re-measurements of ``first``."""
+    round1 = [t for t in record.trials if t.role == "ablation" and t.ablation_knob is None and t.params == first]
+    return [dataclasses.replace(t, number=n + i, params=params, ablation_round=2, value=t.value * factor,
+                                steps=tuple(v * factor for v in t.steps),
+                                step_seconds=tuple(s / factor for s in t.step_seconds)) for i, t in enumerate(round1)]
+
+
+@pytest.mark.parametrize("factor,new_wins", [(1.15, True), (0.85, False)])
+def test_an_extended_study_recommends_among_both_rounds_re_measured_configs(factor, new_wins):
     record, _ = build_study("conditional", 7, "ar1-0")
     first = analyze_record(record, n_boot=0)["best"]["params"]
     late = _search_run_after_ablation(record, 1.05)   # round 2 is planned around it
-    n = len(record.trials) + 1
-    # re-measured exactly as fast as round 1's best was: neither beats the other beyond doubt
-    round1 = [t for t in record.trials if t.role == "ablation" and t.ablation_knob is None and t.params == first]
-    again = [dataclasses.replace(t, number=n + i, params=late.params, ablation_round=2) for i, t in enumerate(round1)]
-    trials = (*record.trials, late, *again)
-    best = analyze_record(StudyRecord(name="x", trials=trials, attrs=record.attrs), n_boot=0)["best"]
-    assert first != late.params and best["params"] == late.params and best["winners_curse_adjusted"]
+    trials = (*record.trials, late, *_remeasured_again(record, first, late.params, factor, len(record.trials) + 1))
+    analysis = analyze_record(StudyRecord(name="x", trials=trials, attrs=record.attrs), n_boot=0)
+    best = analysis["best"]
+    assert first != late.params and best["winners_curse_adjusted"]
+    # re-measured clearly faster (or slower) than round 1's best: the evidence decides, not the round
+    assert best["params"] == (late.params if new_wins else first)
 
 
 def test_a_placebo_is_not_called_mattering_in_a_twelve_trial_study():

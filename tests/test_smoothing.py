@@ -72,3 +72,21 @@ def test_too_few_runs_or_no_varying_knob_give_nothing():
             for i in range(10)]
     assert smoothed_values(same, ["a"]) == {}
     assert shortlist(same, ["a"]) == [{"a": 1}]
+
+
+def test_re_measured_configs_are_ranked_on_every_run_not_the_planned_one_kept():
+    # the ablation was planned around a micro-batch 2 config (1 % below micro-batch 4) whose two
+    # re-measurements read 1 % high; a micro-batch 4 candidate's one re-measurement read 0.5 % low.
+    # Neither beats the other beyond doubt on their re-measurements; the surrogate fitted to all
+    # 38 runs (12 per micro-batch) says micro-batch 4 is faster, and it is
+    runs = study(0.01, 4)
+    planned = {"micro_batch": 2, "grad_accum": 4, "nccl_proto": "Simple"}
+    candidate = {"micro_batch": 4, "grad_accum": 4, "nccl_proto": "LL"}
+    n = len(runs)
+    ablation = [(planned, 1.01, "best"), (candidate, 0.995, "candidate"), (planned, 1.01, "best")]
+    runs += [TrialRecord(number=n + i, state="COMPLETE", status="ok", params=p, value=truth(p) * f,
+                         steps=(truth(p) * f,) * 2, role="ablation") for i, (p, f, _) in enumerate(ablation)]
+    cis = {t.number: {"mean": t.value, "se": 0.005 * t.value, "df": 10, "n_runs": 1} for t in runs}
+    best = recommend(runs, cis, tau2=0.01**2, tau_df=3, levels={k: {} for k in SPACE}, baseline=None)
+    assert best["params"] == candidate and best["chosen_on"] == "re-measurements"
+    assert best["remeasure_trials"] == [n + 1]

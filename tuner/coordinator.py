@@ -235,7 +235,17 @@ def _admit(study: optuna.Study, raw_storage: Any, spec: StudySpec, limits: tuple
         # a suggestion that repeats a finished config (tuner.repeats) or that screening prunes
         # (tuner.screening) is recorded unrun, and the loop asks again
         first_estimate = scheduling.first_estimate(spec)
-        for _ in range(MAX_PRUNED_IN_A_ROW):
+        proposals = 0
+        while True:
+            if proposals >= MAX_PRUNED_IN_A_ROW and not study.user_attrs.get("search_exhausted"):
+                # the sampler proposes only configs that cannot run: the search is over, as when
+                # every config ran (tuner.repeats), but the ablation round still re-measures what
+                # it found, on what the budget left (it used to end the study here, unspent)
+                study.set_user_attr("search_exhausted", True)
+                study.set_user_attr("search_exhausted_reason", f"{MAX_PRUNED_IN_A_ROW} proposals in a row "
+                                    "were screened out or repeats")
+            elif proposals >= MAX_PRUNED_IN_A_ROW + 1:
+                return None  # not even a queued run was admitted
             trials = study.get_trials(deepcopy=False)
             attrs = study.user_attrs
             admission = scheduling.next_admission(
@@ -261,19 +271,20 @@ def _admit(study: optuna.Study, raw_storage: Any, spec: StudySpec, limits: tuple
             params = suggest_params(trial, spec)
             if repeats.screen(study, spec, trial, params, trials):  # an exact repeat: never launched
                 asked.clear()
+                proposals += 1
                 continue
             verdict = None if is_deliberate(trial.user_attrs) else screen(
                 study, spec, complete_params(params, spec), launcher=launcher)
             if verdict is not None:  # known-bad: 0 GPU-s (tuner.screening)
                 end_unrun(study, trial, "pruned", verdict.reason)
                 asked.clear()
+                proposals += 1
                 continue
             trial.set_user_attr("reserved_gpu_seconds", float(admission.cap_gpu_seconds))
             trial.set_user_attr("estimated_gpu_seconds", float(admission.estimate_gpu_seconds))
             trial.set_user_attr("launcher", spec.cluster.launcher)
             asked.clear()
             return trial, params, admission.cap_gpu_seconds, admission.estimate_gpu_seconds
-    return None  # the sampler proposes nothing that can run
 
 
 def _record_spooled(study: optuna.Study, trial: optuna.Trial, result: TrialResult, own_spool: spool.Spool) -> None:

@@ -181,9 +181,12 @@ class _Indices:
         return np.concatenate([np.clip(total, 0.0, None), np.minimum(first, total), [model.r2]])
 
 
-def _fit_inputs(trials: Sequence[TrialRecord], knobs: Sequence[str]) -> tuple[list[TrialRecord], list[str]]:
-    """The ok search runs the surrogate is fitted to, and the knobs that vary among them."""
-    ok = [t for t in trials if t.status == "ok" and t.value is not None and t.value > 0 and t.role != "ablation"]
+def _fit_inputs(trials: Sequence[TrialRecord], knobs: Sequence[str], *,
+                ablation_runs: bool = False) -> tuple[list[TrialRecord], list[str]]:
+    """The ok search runs the surrogate is fitted to (with ``ablation_runs``, the ablation's
+    re-measurements and reverts too), and the knobs that vary among them."""
+    ok = [t for t in trials if t.status == "ok" and t.value is not None and t.value > 0
+          and (ablation_runs or t.role != "ablation")]
     return ok, [k for k in knobs if len({json.dumps(t.params.get(k)) for t in ok}) > 1]
 
 

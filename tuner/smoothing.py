@@ -30,10 +30,13 @@ from tuner.record import TrialRecord
 __all__ = ["smoothed_values"]
 
 
-def smoothed_values(trials: Sequence[TrialRecord], knobs: Sequence[str]) -> dict[str, float]:
+def smoothed_values(trials: Sequence[TrialRecord], knobs: Sequence[str], *,
+                    ablation_runs: bool = False) -> dict[str, float]:
     """{config_key(params): tokens/s/GPU the surrogate fitted to every ok search run gives that
     config}, for each config with an ok search run; {} with fewer than tuner.importance's
     minimum of ok runs or no knob that varies (rank by the runs themselves then).
+    ``ablation_runs``: the fit also takes the ablation's runs (re-measurements and one-knob
+    reverts: fresh runs of their configs), and configs that only they ran get a value too.
 
     Example:
         >>> from tuner.record import TrialRecord
@@ -44,7 +47,7 @@ def smoothed_values(trials: Sequence[TrialRecord], knobs: Sequence[str]) -> dict
         >>> max(est, key=est.get) in (config_key({"a": 2, "b": 0}), config_key({"a": 2, "b": 1}))
         True
     """
-    ok, varying = _fit_inputs(trials, knobs)
+    ok, varying = _fit_inputs(trials, knobs, ablation_runs=ablation_runs)
     if len(ok) < _MIN_TRIALS or not varying:
         return {}
     x = _encode(ok, varying)
