@@ -72,15 +72,11 @@ def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df
                      "failure": config_failure(d["params"], trials, levels, fail_model)})
     score = lambda r: (r["remeasured"] or r["search"])["mean"]  # noqa: E731
     reliable = [r for r in rows if not r["failure"]["flaky"]]
-    remeasured = sorted((r for r in reliable if r["remeasured"]), key=score, reverse=True)
-    # the winner's curse: a config is recommended only if it was re-measured (fresh launches after
-    # the search), and re-measured configs are compared on the surrogate fitted to every run,
-    # re-measurements and reverts included (tuner.smoothing): near the optimum configs differ by
-    # less than one run's noise, and one or two re-measurements each cannot rank them (an earlier
-    # rule kept the config the ablation was planned around unless another beat it beyond doubt,
-    # which on mismatched sims kept a config ~1 % below a re-measured optimum; docs/benchmarks.md)
-    # (an extended study plans its ablation again for its new best, tuner.ablation: the re-measured
-    # configs of every round compete)
+    remeasured = [r for r in reliable if r["remeasured"]]
+    # the winner's curse: only a re-measured config is recommended, and re-measured configs (of
+    # every ablation round) are compared on the surrogate fitted to every run, re-measurements and
+    # reverts included (tuner.smoothing): near the optimum they differ by less than one run's
+    # noise, which one or two re-measurements each cannot resolve (docs/statistics.md, section 2)
     if remeasured:
         smoothed = smoothed_values(trials, list(levels), ablation_runs=True)
         chosen = max(remeasured, key=lambda r: (smoothed.get(r["key"], 0.0), score(r)))
