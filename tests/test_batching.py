@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tuner.batching import DATA_LOADER_S, Cost, costs_from_trials, estimate_cost, reuse_order, setup_seconds
+from tuner.batching import DATA_LOADER_S, Cost, cap_basis, costs_from_trials, estimate_cost, reuse_order, setup_seconds
 from tuner.budget import estimate_trial_cost
 
 
@@ -44,6 +44,19 @@ def test_costs_from_trials_reads_the_study_record():
                                trial(3, "COMPLETE", gpu_seconds=3.0, warm=True, status="oom")])
     assert [(c.gpu_seconds, c.net_gpu_seconds, c.warm, c.ok) for c in costs] == \
         [(60.0, 20.0, False, True), (10.0, 10.0, True, True), (3.0, 3.0, True, False)]
+
+
+def test_the_cap_basis_is_the_costliest_ok_trial_never_a_timeout():
+    def trial(number, status, gpu_seconds, state="COMPLETE"):
+        return SimpleNamespace(number=number, state=SimpleNamespace(name=state),
+                               user_attrs={"status": status, "gpu_seconds": gpu_seconds})
+
+    assert cap_basis([]) is None
+    # a cold first trial (start-up and every step) outweighs the warm trials stopped after a few
+    # steps; a timeout costs its cap, and an oom says nothing about a full trial
+    assert cap_basis([trial(0, "ok", 900.0), trial(1, "ok", 60.0), trial(2, "timeout", 5000.0),
+                      trial(3, "oom", 1200.0), trial(4, "ok", 4000.0, state="FAIL")]) == 900.0
+    assert cap_basis([trial(0, "timeout", 300.0)]) is None
 
 
 PARTS = {"fixed_s": 40.0, "rendezvous_s": 2.0, "model_init_s": 13.0, "load_weights_s": 5.0}

@@ -182,4 +182,8 @@ def test_warm_7b_study_spends_at_most_a_quarter_on_start_up(tmp_path, sampler):
         shares[resident] = sum(t.user_attrs.get("setup_gpu_seconds", 0.0) for t in trials) / used
         oks[resident] = sum(t.user_attrs.get("status") == "ok" for t in trials)
     assert shares[True] <= 0.25 < shares[False]
-    assert oks[True] >= 60 and oks[True] > oks[False]
+    assert oks[True] > oks[False]
+    # issue 15's count is the product's (`auto`): 221 on 2026-11-25. TPE's fell from 65 to 50 when
+    # the cap stopped cutting its full-length trials at 3x the median of those stopped early
+    # (tuner.budget.trial_cap): its ok trials run their steps (docs/benchmarks.md)
+    assert sampler != "auto" or oks[True] >= 60

@@ -27,6 +27,18 @@ def test_launch_with_a_cap_of_three_estimates_within_what_is_left():
     assert decide(ledger([10.0] * 8), queued=True).cap_gpu_seconds == 20.0   # 20 left: the cap shrinks to it
 
 
+def test_the_cap_never_falls_under_three_times_the_costliest_ok_trial():
+    # adaptive measurement stops most trials after a few steps: their median (10) would cap a
+    # full-length run or a model rebuild (80) at 30, and record it as its config's timeout
+    adm = decide(ledger([10.0, 10.0]), costliest_ok_gpu_seconds=80.0, first_estimate_gpu_seconds=10.0,
+                 search_limit_gpu_seconds=1000.0, ablation=False)
+    assert adm.action == "launch" and adm.estimate_gpu_seconds == 10.0
+    assert adm.cap_gpu_seconds == 80.0 and adm.cap_basis_gpu_seconds == 80.0   # 3 x 80 > the 80 left
+    assert decide(ledger([10.0, 10.0], limit=1000.0), costliest_ok_gpu_seconds=80.0,
+                  search_limit_gpu_seconds=1000.0).cap_gpu_seconds == 240.0
+    assert decide(ledger([10.0, 10.0]), costliest_ok_gpu_seconds=5.0).cap_gpu_seconds == 30.0  # never below 3x the estimate
+
+
 def test_the_search_ends_at_its_share_then_the_ablation_is_planned_once():
     assert decide(ledger([10.0] * 8)).action == "plan_ablation"            # 80 + 10 > 85
     assert decide(ledger([10.0] * 8), ablation=False, search_limit_gpu_seconds=100.0).action == "launch"
@@ -84,12 +96,12 @@ def test_a_trial_cut_by_the_budget_is_not_its_configs_timeout():
     from tuner.accounting import label_budget_stop
     cut = TrialResult(status="timeout", launcher="sim", world_size=4, gpu_seconds=20.0, wall_seconds=5.0,
                       step_values=((0, 50.0),))
-    labelled = label_budget_stop(cut, reserved_gpu_seconds=20.0, estimate_gpu_seconds=10.0, timeout_s=900)
+    labelled = label_budget_stop(cut, reserved_gpu_seconds=20.0, cap_basis_gpu_seconds=10.0, timeout_s=900)
     out = outcome(labelled)
     assert out.state == "FAIL" and out.failed is None and not out.retry   # no constraint: does not steer
     assert out.attrs["status"] == "stopped_by_budget" and out.attrs["gpu_seconds"] == 20.0
     # at 3x its estimate with budget left, or at the spec's own timeout, it is the config's timeout
-    assert outcome(label_budget_stop(cut, reserved_gpu_seconds=30.0, estimate_gpu_seconds=10.0,
+    assert outcome(label_budget_stop(cut, reserved_gpu_seconds=30.0, cap_basis_gpu_seconds=10.0,
                                      timeout_s=900)).attrs["status"] == "timeout"
-    assert outcome(label_budget_stop(cut, reserved_gpu_seconds=20.0, estimate_gpu_seconds=10.0,
+    assert outcome(label_budget_stop(cut, reserved_gpu_seconds=20.0, cap_basis_gpu_seconds=10.0,
                                      timeout_s=5)).attrs["status"] == "timeout"

@@ -3,15 +3,15 @@
 A trial killed because the budget ran out is not its config's timeout: it is recorded as
 `stopped_by_budget` (Optuna state FAIL, charged what it ran, never retried), so it neither
 steers the sampler (TPE ignores FAIL trials) nor lands in RECIPE's "Avoid" (statistics read
-COMPLETE trials only). A trial killed at 3x its estimate (tuner.budget.CAP_FACTOR) with
+COMPLETE trials only). A trial killed at its cap (tuner.budget.trial_cap: 3x its cap basis) with
 budget left, or at the spec's own timeout, stays a `timeout`: that is its config's cost.
 
 Example:
     >>> from tuner.launch import TrialResult
     >>> r = TrialResult(status="timeout", launcher="sim", world_size=4, gpu_seconds=100.0, wall_seconds=25.0)
-    >>> label_budget_stop(r, reserved_gpu_seconds=100.0, estimate_gpu_seconds=60.0, timeout_s=900).extra
+    >>> label_budget_stop(r, reserved_gpu_seconds=100.0, cap_basis_gpu_seconds=60.0, timeout_s=900).extra
     {'stopped_by_budget': True}
-    >>> label_budget_stop(r, reserved_gpu_seconds=180.0, estimate_gpu_seconds=60.0, timeout_s=900).extra
+    >>> label_budget_stop(r, reserved_gpu_seconds=180.0, cap_basis_gpu_seconds=60.0, timeout_s=900).extra
     {}
 """
 
@@ -28,14 +28,14 @@ __all__ = ["label_budget_stop", "launch_gpus", "STOPPED_BY_BUDGET"]
 STOPPED_BY_BUDGET = "stopped_by_budget"
 
 
-def label_budget_stop(result: TrialResult, *, reserved_gpu_seconds: float | None, estimate_gpu_seconds: float,
+def label_budget_stop(result: TrialResult, *, reserved_gpu_seconds: float | None, cap_basis_gpu_seconds: float,
                       timeout_s: float) -> TrialResult:
     """``result`` marked ``extra["stopped_by_budget"]`` when the budget's end, not the config,
     killed it: a timeout at a cap that was what was left of the budget (less than 3x the
-    estimate) and came before the spec's timeout."""
+    cap basis, tuner.scheduling.Admission) and came before the spec's timeout."""
     if result.status != "timeout" or reserved_gpu_seconds is None or result.world_size <= 0:
         return result
-    budget_was_short = reserved_gpu_seconds < CAP_FACTOR * estimate_gpu_seconds * (1 - 1e-9)
+    budget_was_short = reserved_gpu_seconds < CAP_FACTOR * cap_basis_gpu_seconds * (1 - 1e-9)
     before_timeout = reserved_gpu_seconds / result.world_size < timeout_s
     if not (budget_was_short and before_timeout):
         return result

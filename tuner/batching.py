@@ -26,7 +26,7 @@ from typing import Any
 
 from tuner import knobs
 
-__all__ = ["Cost", "estimate_cost", "costs_from_trials", "estimate_from_trials", "reuse_order", "RECENT",
+__all__ = ["Cost", "estimate_cost", "costs_from_trials", "estimate_from_trials", "cap_basis", "reuse_order", "RECENT",
            "setup_seconds", "DATA_LOADER_S", "Worker", "worker_after", "switch_level", "setup_seconds_by_level"]
 
 RECENT = 10
@@ -97,6 +97,23 @@ def estimate_from_trials(trials: Iterable[Any], *, first_estimate_gpu_seconds: f
     """:func:`estimate_cost` over a study's trials."""
     return estimate_cost(costs_from_trials(trials), first_estimate_gpu_seconds=first_estimate_gpu_seconds,
                          warm=warm)
+
+
+def cap_basis(trials: Iterable[Any]) -> float | None:
+    """GPU-seconds of the costliest trial of the study that ran ok, or None before one did:
+    the trial cap's floor (tuner.budget.trial_cap). Failures and timeouts never count: a
+    timeout costs its cap, and the cap would feed on itself.
+
+    Example:
+        >>> class T:
+        ...     def __init__(self, n, status, gpu_s):
+        ...         self.number, self.user_attrs = n, {"status": status, "gpu_seconds": gpu_s}
+        ...         self.state = type("S", (), {"name": "COMPLETE"})()
+        >>> cap_basis([T(0, "ok", 900.0), T(1, "ok", 60.0), T(2, "timeout", 5000.0)])
+        900.0
+    """
+    ok = [c.gpu_seconds for c in costs_from_trials(trials) if c.ok]
+    return max(ok) if ok else None
 
 
 def reuse_order(current: Mapping[str, Any] | None, candidates: Sequence[Mapping[str, Any]]) -> list[int]:

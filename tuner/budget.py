@@ -160,13 +160,21 @@ CAP_FACTOR = 3.0
 """A trial may cost up to this many times the estimate before it is stopped."""
 
 
-def trial_cap(ledger: Ledger, estimate_gpu_seconds: float) -> float | None:
+def trial_cap(ledger: Ledger, estimate_gpu_seconds: float, costliest_ok_gpu_seconds: float | None = None) -> float | None:
     """GPU-seconds to reserve for the next trial (and stop it at), or None when it does not fit.
 
     Reserving the cap, not the estimate, is what keeps concurrent coordinators inside the
     budget: every in-flight trial holds its worst case until it reports what it really
     cost, and the launcher stops it at the cap.
+
+    The cap is CAP_FACTOR x the larger of the estimate and ``costliest_ok_gpu_seconds`` (the
+    costliest trial of the study that ran ok: tuner.batching.cap_basis). The estimate is a
+    median, and with adaptive measurement most trials stop after a few steps: a cap of 3x
+    their median cut the best configs short and timed out every config that rebuilt its
+    model (13B x 8 H100 sim: 30 of ~800 launched trials, all with activation checkpointing,
+    recorded as the config's timeout; docs/benchmarks.md). The study's own costliest ok run
+    is what a full-length trial with a fresh start-up costs here.
     """
     if not admits(ledger, estimate_gpu_seconds):
         return None
-    return min(ledger.left_gpu_seconds, CAP_FACTOR * estimate_gpu_seconds)
+    return min(ledger.left_gpu_seconds, CAP_FACTOR * max(estimate_gpu_seconds, costliest_ok_gpu_seconds or 0.0))

@@ -173,7 +173,7 @@ def run_study(spec: StudySpec, options: RunOptions,
                 waiting_on |= running
                 time.sleep(min(HEARTBEAT_INTERVAL_S, grace / 3))
                 continue
-            trial, params, reserved, estimate = admitted
+            trial, params, reserved, cap_basis = admitted
             emit(event("start", number=trial.number, params=params, reserved_gpu_seconds=reserved,
                        gpus=launch_gpus(spec), planned_steps=spec.trial.measure_steps,
                        result_path=str(runs_dir / f"trial-{trial.number:04d}" / "result.jsonl")))
@@ -199,7 +199,7 @@ def run_study(spec: StudySpec, options: RunOptions,
                 _record_interrupted(study, trial, 0.0, f"launcher failed: {exc}")
                 raise
             launched += 1
-            result = label_budget_stop(result, reserved_gpu_seconds=reserved, estimate_gpu_seconds=estimate,
+            result = label_budget_stop(result, reserved_gpu_seconds=reserved, cap_basis_gpu_seconds=cap_basis,
                                        timeout_s=spec.trial.timeout_s)
             _record_spooled(study, trial, result, own_spool)
             emit(event("end", number=trial.number, params=params, result=result))
@@ -255,7 +255,8 @@ def _admit(study: optuna.Study, raw_storage: Any, spec: StudySpec, limits: tuple
                 queued=any(t.state == TrialState.WAITING for t in trials),
                 search_exhausted=bool(attrs.get("search_exhausted")),
                 estimate_gpu_seconds=batching.estimate_from_trials(
-                    trials, first_estimate_gpu_seconds=first_estimate, warm=warm))
+                    trials, first_estimate_gpu_seconds=first_estimate, warm=warm),
+                costliest_ok_gpu_seconds=batching.cap_basis(trials))
             if admission.action == "plan_ablation":  # the runs just enqueued are WAITING now
                 if not plan_ablation_once(study, spec, trials):
                     return None
@@ -284,7 +285,7 @@ def _admit(study: optuna.Study, raw_storage: Any, spec: StudySpec, limits: tuple
             trial.set_user_attr("estimated_gpu_seconds", float(admission.estimate_gpu_seconds))
             trial.set_user_attr("launcher", spec.cluster.launcher)
             asked.clear()
-            return trial, params, admission.cap_gpu_seconds, admission.estimate_gpu_seconds
+            return trial, params, admission.cap_gpu_seconds, admission.cap_basis_gpu_seconds
 
 
 def _record_spooled(study: optuna.Study, trial: optuna.Trial, result: TrialResult, own_spool: spool.Spool) -> None:

@@ -51,12 +51,15 @@ class Admission:
     ablation runs, then decide again) or `stop` (nothing fits)."""
     estimate_gpu_seconds: float
     cap_gpu_seconds: float | None = None
+    cap_basis_gpu_seconds: float | None = None
+    """What the cap is CAP_FACTOR times when the budget is not short (tuner.budget.trial_cap)."""
     reason: str = ""
 
 
 def next_admission(ledger: Ledger, *, first_estimate_gpu_seconds: float, search_limit_gpu_seconds: float,
                    ablation: bool, ablation_planned: bool, queued: bool,
-                   estimate_gpu_seconds: float | None = None, search_exhausted: bool = False) -> Admission:
+                   estimate_gpu_seconds: float | None = None, search_exhausted: bool = False,
+                   costliest_ok_gpu_seconds: float | None = None) -> Admission:
     """What the loop does next, given the budget ledger and the study's state.
 
     Args:
@@ -70,6 +73,8 @@ def next_admission(ledger: Ledger, *, first_estimate_gpu_seconds: float, search_
         estimate_gpu_seconds: the next trial's expected cost when the caller knows better
             than the ledger's median (a warm trial: tuner.batching.estimate_cost).
         search_exhausted: no unseen configuration is left (tuner.repeats): only queued runs.
+        costliest_ok_gpu_seconds: the costliest ok trial so far (tuner.batching.cap_basis): the
+            cap is never under CAP_FACTOR x it (tuner.budget.trial_cap).
 
     Once the ablation runs are done, what they left of their share goes back to the search:
     a large budget is spent, not left over.
@@ -82,10 +87,11 @@ def next_admission(ledger: Ledger, *, first_estimate_gpu_seconds: float, search_
     if not queued and (search_exhausted or (over_search and not (ablation and ablation_planned))):
         return Admission(action="stop", estimate_gpu_seconds=estimate,
                          reason="search exhausted" if search_exhausted else "budget")
-    cap = trial_cap(ledger, estimate)
+    cap = trial_cap(ledger, estimate, costliest_ok_gpu_seconds)
     if cap is None:
         return Admission(action="stop", estimate_gpu_seconds=estimate, reason="budget")
-    return Admission(action="launch", estimate_gpu_seconds=estimate, cap_gpu_seconds=cap)
+    return Admission(action="launch", estimate_gpu_seconds=estimate, cap_gpu_seconds=cap,
+                     cap_basis_gpu_seconds=max(estimate, costliest_ok_gpu_seconds or 0.0))
 
 
 def best_lower_bound(step_series: Iterable[Sequence[float]]) -> float | None:
