@@ -46,9 +46,10 @@ sys.path.insert(0, str(ROOT))
 
 from tuner import batching, knobs, repeats, scheduling  # noqa: E402
 from tuner.ablation import plan_ablation_once  # noqa: E402
+from tuner.admission import MAX_PRUNED_IN_A_ROW  # noqa: E402
 from tuner.analysis import trial_cis  # noqa: E402
 from tuner.budget import ledger_from_trials  # noqa: E402
-from tuner.coordinator import MAX_PRUNED_IN_A_ROW, adaptive_bar, end_unrun, record_result  # noqa: E402
+from tuner.coordinator import adaptive_bar, end_unrun, record_result  # noqa: E402
 from tuner.failures import level_failures  # noqa: E402
 from tuner.launch import TrialRequest  # noqa: E402
 from tuner.launch.sim import SimLauncher  # noqa: E402

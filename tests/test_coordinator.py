@@ -213,13 +213,13 @@ def test_a_sampler_that_proposes_only_screened_configs_ends_the_search_not_the_a
     """After its first few trials every proposal is screened out: the search is over, and the
     ablation round still re-measures what it found (it used to end the study there, the
     ablation's share unspent and nothing re-measured; seen on the 13B x 8 H100 sim)."""
-    import tuner.coordinator as coordinator
+    import tuner.admission as admission
     from tuner.screening import Verdict
 
     spec = fast_spec(tmp_path, ablation_share=0.3)
     launcher = FakeLauncher(spec)
-    monkeypatch.setattr(coordinator, "MAX_PRUNED_IN_A_ROW", 5)
-    monkeypatch.setattr(coordinator, "screen", lambda study, spec, params, launcher=None: (
+    monkeypatch.setattr(admission, "MAX_PRUNED_IN_A_ROW", 5)
+    monkeypatch.setattr(admission, "screen", lambda study, spec, params, launcher=None: (
         Verdict(rule="memory", reason="screened for the test") if len(launcher.calls) >= 4 else None))
     summary = run_study(spec, options(storage_url, tmp_path, budget_gpu_seconds=400.0), launcher=launcher)
     study = load(storage_url)

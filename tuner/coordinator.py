@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,9 +26,9 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from tuner import batching, repeats, scheduling, spool
-from tuner.ablation import plan_ablation_once
+from tuner import scheduling, spool
 from tuner.accounting import label_budget_stop, launch_gpus
+from tuner.admission import admit, finished
 from tuner.breaker import DEFAULT_LIMIT, CircuitBreaker
 from tuner.budget import ledger_from_trials
 from tuner.errors import SpecError
@@ -38,18 +37,13 @@ from tuner.launch import Launcher, TrialRequest, TrialResult, get_launcher
 from tuner.measurement import batch_means_ci
 from tuner.optuna_internals import rdb_storage, study_storage, trial_id
 from tuner.preflight import check_runs_dir, needs_preflight, preflight
-from tuner.screening import is_deliberate, screen
-from tuner.space import complete_params, suggest_params
+from tuner.space import complete_params
 from tuner.spec import StudySpec, study_name_problem
 from tuner.storage import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, admission_lock, open_storage, retry_notes, with_retries
 from tuner.study import RunSummary, open_study, retry_once, summarize
 from tuner.unrun import end_unrun
 
 __all__ = ["RunOptions", "TrialEvent", "run_study", "record_result", "adaptive_bar", "end_unrun"]
-
-MAX_PRUNED_IN_A_ROW = 200
-"""Screened-out proposals in one admission before the coordinator stops asking."""
-
 
 @dataclass(frozen=True, kw_only=True)
 class RunOptions:
@@ -122,7 +116,7 @@ def run_study(spec: StudySpec, options: RunOptions,
                               grace_period_s=options.grace_period_s)
     raw_storage = rdb_storage(study)
     launched, stopped = 0, "budget"
-    asked: list[optuna.Trial] = []  # see _admit
+    asked: list[optuna.Trial] = []  # see tuner.admission.admit
     waiting_on: set[int] = set()  # trials running elsewhere that this coordinator waits out
     grace = options.grace_period_s or GRACE_PERIOD_S
     breaker = CircuitBreaker(options.max_same_errors)
@@ -149,7 +143,7 @@ def run_study(spec: StudySpec, options: RunOptions,
             if options.max_trials is not None and launched >= options.max_trials:
                 stopped = "max_trials"
                 break
-            admitted = with_retries(lambda: _admit(study, raw_storage, spec, limits, options.ablation, asked, launcher),
+            admitted = with_retries(lambda: admit(study, raw_storage, spec, limits, options.ablation, asked, launcher),
                                     what="admitting a trial")
             if admitted is None:
                 # Nothing fits now. A trial running elsewhere (another coordinator's, or a dead
@@ -213,81 +207,6 @@ def run_study(spec: StudySpec, options: RunOptions,
     return summarize(study, launched=launched, stopped=stopped)
 
 
-def _admit(study: optuna.Study, raw_storage: Any, spec: StudySpec, limits: tuple[float, float],
-           ablation: bool, asked: list[optuna.Trial], launcher: Launcher | None = None):
-    """Under the admission lock: check the budget, ask, reserve. None when nothing fits.
-
-    ``asked`` carries trials across retries: one asked for by an attempt that a dropped
-    connection cut short is RUNNING with nobody to run it, so the next attempt fails it (and
-    re-enqueues its config once) before asking again. ``launcher``: screens configs
-    (tuner.screening, its NCCL preflight) and says whether its resident worker is up, so the
-    next trial costs no start-up (tuner.batching).
-    """
-    warm = launcher.warm() if launcher is not None else False
-    while asked:
-        _abandon_admission(study, asked[0])
-        asked.pop(0)
-    limit, search_limit = limits
-    with admission_lock(raw_storage, study.study_name):
-        # under the lock: two coordinators never both fail (and retry) one dead trial (SQLite
-        # has no row locks), and a retry is enqueued before the ledger is read
-        _fail_stale_trials(study)
-        # a suggestion that repeats a finished config (tuner.repeats) or that screening prunes
-        # (tuner.screening) is recorded unrun, and the loop asks again
-        first_estimate = scheduling.first_estimate(spec)
-        proposals = 0
-        while True:
-            if proposals >= MAX_PRUNED_IN_A_ROW and not study.user_attrs.get("search_exhausted"):
-                # the sampler proposes only configs that cannot run: the search is over, as when
-                # every config ran (tuner.repeats), but the ablation round still re-measures what
-                # it found, on what the budget left (it used to end the study here, unspent)
-                study.set_user_attr("search_exhausted", True)
-                study.set_user_attr("search_exhausted_reason", f"{MAX_PRUNED_IN_A_ROW} proposals in a row "
-                                    "were screened out or repeats")
-            elif proposals >= MAX_PRUNED_IN_A_ROW + 1:
-                return None  # not even a queued run was admitted
-            trials = study.get_trials(deepcopy=False)
-            attrs = study.user_attrs
-            admission = scheduling.next_admission(
-                ledger_from_trials(trials, limit), first_estimate_gpu_seconds=first_estimate,
-                search_limit_gpu_seconds=search_limit, ablation=ablation,
-                ablation_planned=bool(attrs.get("ablation_planned")),
-                queued=any(t.state == TrialState.WAITING for t in trials),
-                search_exhausted=bool(attrs.get("search_exhausted")),
-                estimate_gpu_seconds=batching.estimate_from_trials(
-                    trials, first_estimate_gpu_seconds=first_estimate, warm=warm),
-                costliest_ok_gpu_seconds=batching.cap_basis(trials))
-            if admission.action == "plan_ablation":  # the runs just enqueued are WAITING now
-                if not plan_ablation_once(study, spec, trials):
-                    return None
-                continue
-            if admission.action != "launch":
-                return None
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)  # "Heartbeat ... used with Study.optimize"
-                trial = study.ask()
-            asked.append(trial)
-            # a beat at once: if this process dies before launching, the trial goes stale
-            raw_storage.record_heartbeat(trial_id(trial))
-            params = suggest_params(trial, spec)
-            if repeats.screen(study, spec, trial, params, trials):  # an exact repeat: never launched
-                asked.clear()
-                proposals += 1
-                continue
-            verdict = None if is_deliberate(trial.user_attrs) else screen(
-                study, spec, complete_params(params, spec), launcher=launcher)
-            if verdict is not None:  # known-bad: 0 GPU-s (tuner.screening)
-                end_unrun(study, trial, "pruned", verdict.reason)
-                asked.clear()
-                proposals += 1
-                continue
-            trial.set_user_attr("reserved_gpu_seconds", float(admission.cap_gpu_seconds))
-            trial.set_user_attr("estimated_gpu_seconds", float(admission.estimate_gpu_seconds))
-            trial.set_user_attr("launcher", spec.cluster.launcher)
-            asked.clear()
-            return trial, params, admission.cap_gpu_seconds, admission.cap_basis_gpu_seconds
-
-
 def _record_spooled(study: optuna.Study, trial: optuna.Trial, result: TrialResult, own_spool: spool.Spool) -> None:
     """Record a finished trial; its result waits in the local spool (tuner.spool) until the
     storage has it, so an outage longer than the retries, or a crash, never loses it."""
@@ -299,28 +218,6 @@ def _record_spooled(study: optuna.Study, trial: optuna.Trial, result: TrialResul
         with_retries(lambda: spool.recover_late(study, trial.number, result), what=f"recovering trial {trial.number}")
     if kept is not None:
         kept.unlink(missing_ok=True)
-
-
-def _fail_stale_trials(study: optuna.Study) -> None:
-    # tuner drives trials with ask/tell and beats for them itself (RDB heartbeats alone only
-    # protect Study.optimize), so the stale check is ours to call; it is marked experimental.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        optuna.storages.fail_stale_trials(study)
-
-
-def _finished(study: optuna.Study, trial: optuna.Trial) -> bool:
-    return study_storage(study).get_trial(trial_id(trial)).state.is_finished()
-
-
-def _abandon_admission(study: optuna.Study, trial: optuna.Trial) -> None:
-    """FAIL a trial whose admission a storage error cut short; it never ran, costs nothing."""
-    if _finished(study, trial):
-        return
-    trial.set_user_attr("gpu_seconds", 0.0)
-    trial.set_user_attr("message", "admission cut short by a storage error; never launched")
-    study.tell(trial, state=TrialState.FAIL)
-    retry_once(study, study_storage(study).get_trial(trial_id(trial)))
 
 
 def _running_elsewhere(study: optuna.Study) -> set[int]:
@@ -351,7 +248,7 @@ def record_result(study: optuna.Study, trial: optuna.Trial, result: TrialResult)
     """Tell the study a launcher's result (tuner.scheduling.outcome says how). False, doing
     nothing, when the trial is already finished: a retry after a dropped connection whose
     first tell landed, or a trial another coordinator found stale meanwhile."""
-    if _finished(study, trial):
+    if finished(study, trial):
         return False
     out = scheduling.outcome(result)
     for step, value in out.steps:
