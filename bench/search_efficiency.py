@@ -151,7 +151,7 @@ def run_one(spec, truth_of, optimum, limit_s, *, cpu_limit_s: float | None = Non
             search_exhausted=bool(study.user_attrs.get("search_exhausted")),
             estimate_gpu_seconds=batching.estimate_from_trials(
                 trials, first_estimate_gpu_seconds=first_estimate, warm=launcher.warm()),
-            costliest_ok_gpu_seconds=batching.cap_basis(trials))
+            costliest_ok_gpu_seconds=batching.cap_basis(trials, first_estimate_gpu_seconds=first_estimate))
         if admission.action == "plan_ablation":
             if not plan_ablation_once(study, spec, trials):
                 break

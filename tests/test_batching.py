@@ -51,12 +51,15 @@ def test_the_cap_basis_is_the_costliest_ok_trial_never_a_timeout():
         return SimpleNamespace(number=number, state=SimpleNamespace(name=state),
                                user_attrs={"status": status, "gpu_seconds": gpu_seconds})
 
-    assert cap_basis([]) is None
+    assert cap_basis([], first_estimate_gpu_seconds=2400.0) == 2400.0
     # a cold first trial (start-up and every step) outweighs the warm trials stopped after a few
     # steps; a timeout costs its cap, and an oom says nothing about a full trial
     assert cap_basis([trial(0, "ok", 900.0), trial(1, "ok", 60.0), trial(2, "timeout", 5000.0),
-                      trial(3, "oom", 1200.0), trial(4, "ok", 4000.0, state="FAIL")]) == 900.0
-    assert cap_basis([trial(0, "timeout", 300.0)]) is None
+                      trial(3, "oom", 1200.0), trial(4, "ok", 4000.0, state="FAIL")],
+                     first_estimate_gpu_seconds=2400.0) == 900.0
+    # the 13B sim's baseline runs out of memory: the first search trial's cap was 3x that
+    # failure's net cost (169 GPU-s), and the near-optimal config it ran timed out
+    assert cap_basis([trial(0, "oom", 589.0)], first_estimate_gpu_seconds=2400.0) == 2400.0
 
 
 PARTS = {"fixed_s": 40.0, "rendezvous_s": 2.0, "model_init_s": 13.0, "load_weights_s": 5.0}

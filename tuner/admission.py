@@ -78,7 +78,7 @@ def admit(study: optuna.Study, raw_storage: Any, spec: StudySpec, limits: tuple[
                 search_exhausted=bool(attrs.get("search_exhausted")),
                 estimate_gpu_seconds=batching.estimate_from_trials(
                     trials, first_estimate_gpu_seconds=first_estimate, warm=warm),
-                costliest_ok_gpu_seconds=batching.cap_basis(trials))
+                costliest_ok_gpu_seconds=batching.cap_basis(trials, first_estimate_gpu_seconds=first_estimate))
             if admission.action == "plan_ablation":  # the runs just enqueued are WAITING now
                 if not plan_ablation_once(study, spec, trials):
                     return None

@@ -99,21 +99,24 @@ def estimate_from_trials(trials: Iterable[Any], *, first_estimate_gpu_seconds: f
                          warm=warm)
 
 
-def cap_basis(trials: Iterable[Any]) -> float | None:
-    """GPU-seconds of the costliest trial of the study that ran ok, or None before one did:
-    the trial cap's floor (tuner.budget.trial_cap). Failures and timeouts never count: a
-    timeout costs its cap, and the cap would feed on itself.
+def cap_basis(trials: Iterable[Any], *, first_estimate_gpu_seconds: float) -> float:
+    """GPU-seconds of the costliest trial of the study that ran ok, or the first estimate
+    before one did: the trial cap's floor (tuner.budget.trial_cap). Failures and timeouts
+    never count: a timeout costs its cap, and the cap would feed on itself; an early failure
+    (a baseline out of memory) says nothing of what a full trial costs.
 
     Example:
         >>> class T:
         ...     def __init__(self, n, status, gpu_s):
         ...         self.number, self.user_attrs = n, {"status": status, "gpu_seconds": gpu_s}
         ...         self.state = type("S", (), {"name": "COMPLETE"})()
-        >>> cap_basis([T(0, "ok", 900.0), T(1, "ok", 60.0), T(2, "timeout", 5000.0)])
+        >>> cap_basis([T(0, "ok", 900.0), T(1, "ok", 60.0), T(2, "timeout", 5000.0)], first_estimate_gpu_seconds=2400.0)
         900.0
+        >>> cap_basis([T(0, "oom", 590.0)], first_estimate_gpu_seconds=2400.0)
+        2400.0
     """
     ok = [c.gpu_seconds for c in costs_from_trials(trials) if c.ok]
-    return max(ok) if ok else None
+    return max(ok) if ok else first_estimate_gpu_seconds
 
 
 def reuse_order(current: Mapping[str, Any] | None, candidates: Sequence[Mapping[str, Any]]) -> list[int]:

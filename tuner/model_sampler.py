@@ -315,16 +315,17 @@ class ModelGuidedSampler(BaseSampler):
                          sd: np.ndarray) -> np.ndarray:
         """P(each candidate finishes within the cap admission will give it): budget.CAP_FACTOR x
         the larger of the coordinator's estimate (batching.estimate_from_trials, warm when this
-        coordinator's worker is up) and the costliest ok trial (batching.cap_basis), over the
-        world size. A trial stopped at its cap measures nothing and, in
+        coordinator's worker is up) and the costliest ok trial (batching.cap_basis; the first
+        estimate before one), over the world size. A trial stopped at its cap measures nothing and, in
         a resident worker, ends it. The step time scales as exp(-mu), mu ~ N(mu, sd): the trial
         fits when mu >= log(step seconds x exp(mu) / (cap - set-up)). Candidates well inside the
         cap get 1 (the pick is unchanged); one whose set-up alone exceeds it gets 0."""
         spec = self._spec
         warm = spec.trial.resident and self.worker is not None
-        estimate = batching.estimate_from_trials(trials, first_estimate_gpu_seconds=scheduling.first_estimate(spec),
-                                                 warm=warm)
-        cap_s = budget.CAP_FACTOR * max(estimate, batching.cap_basis(trials) or 0.0) / spec.cluster.world_size
+        first = scheduling.first_estimate(spec)
+        estimate = batching.estimate_from_trials(trials, first_estimate_gpu_seconds=first, warm=warm)
+        cap_s = budget.CAP_FACTOR * max(estimate, batching.cap_basis(trials, first_estimate_gpu_seconds=first)) \
+            / spec.cluster.world_size
         setup = self._setup_by_level(trials)[levels]
         run_s = np.maximum(seconds - setup, 1e-9)
         room = cap_s - setup
