@@ -31,8 +31,8 @@ from tuner.unrun import end_unrun
 __all__ = ["admit", "finished", "MAX_PRUNED_IN_A_ROW"]
 
 MAX_PRUNED_IN_A_ROW = 200
-"""Screened-out proposals in one admission before the coordinator stops asking."""
-
+"""Screened-out or repeat proposals in a row after which the search is exhausted (the
+ablation round still runs), and one more after which the admission gives up."""
 
 
 def admit(study: optuna.Study, raw_storage: Any, spec: StudySpec, limits: tuple[float, float],

@@ -24,7 +24,7 @@ from tuner.errors import BudgetError
 
 __all__ = [
     "parse_budget", "format_gpu_hours", "LedgerEntry", "Ledger", "ledger_from_trials",
-    "estimate_trial_cost", "admits", "trial_cap", "CAP_FACTOR", "charged_gpu_seconds",
+    "estimate_trial_cost", "admits", "trial_cap", "trial_cap_basis", "CAP_FACTOR", "charged_gpu_seconds",
 ]
 
 _UNITS = {"gpuh": 3600.0, "gpum": 60.0, "gpus": 1.0}
@@ -160,6 +160,12 @@ CAP_FACTOR = 3.0
 """A trial may cost up to this many times the estimate before it is stopped."""
 
 
+def trial_cap_basis(estimate_gpu_seconds: float, costliest_ok_gpu_seconds: float | None = None) -> float:
+    """What a trial's cap is CAP_FACTOR times when the budget is not short: the larger of the
+    estimate and the study's costliest ok trial (tuner.batching.cap_basis; see trial_cap)."""
+    return max(estimate_gpu_seconds, costliest_ok_gpu_seconds or 0.0)
+
+
 def trial_cap(ledger: Ledger, estimate_gpu_seconds: float, costliest_ok_gpu_seconds: float | None = None) -> float | None:
     """GPU-seconds to reserve for the next trial (and stop it at), or None when it does not fit.
 
@@ -177,4 +183,4 @@ def trial_cap(ledger: Ledger, estimate_gpu_seconds: float, costliest_ok_gpu_seco
     """
     if not admits(ledger, estimate_gpu_seconds):
         return None
-    return min(ledger.left_gpu_seconds, CAP_FACTOR * max(estimate_gpu_seconds, costliest_ok_gpu_seconds or 0.0))
+    return min(ledger.left_gpu_seconds, CAP_FACTOR * trial_cap_basis(estimate_gpu_seconds, costliest_ok_gpu_seconds))

@@ -324,8 +324,8 @@ class ModelGuidedSampler(BaseSampler):
         warm = spec.trial.resident and self.worker is not None
         first = scheduling.first_estimate(spec)
         estimate = batching.estimate_from_trials(trials, first_estimate_gpu_seconds=first, warm=warm)
-        cap_s = budget.CAP_FACTOR * max(estimate, batching.cap_basis(trials, first_estimate_gpu_seconds=first)) \
-            / spec.cluster.world_size
+        costliest = batching.cap_basis(trials, first_estimate_gpu_seconds=first)
+        cap_s = budget.CAP_FACTOR * budget.trial_cap_basis(estimate, costliest) / spec.cluster.world_size
         setup = self._setup_by_level(trials)[levels]
         run_s = np.maximum(seconds - setup, 1e-9)
         room = cap_s - setup

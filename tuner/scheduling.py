@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuner.budget import Ledger, estimate_trial_cost, trial_cap
+from tuner.budget import Ledger, estimate_trial_cost, trial_cap, trial_cap_basis
 from tuner.launch.base import TrialResult
 from tuner.measurement import batch_means_ci
 from tuner.spec import StudySpec
@@ -91,7 +91,7 @@ def next_admission(ledger: Ledger, *, first_estimate_gpu_seconds: float, search_
     if cap is None:
         return Admission(action="stop", estimate_gpu_seconds=estimate, reason="budget")
     return Admission(action="launch", estimate_gpu_seconds=estimate, cap_gpu_seconds=cap,
-                     cap_basis_gpu_seconds=max(estimate, costliest_ok_gpu_seconds or 0.0))
+                     cap_basis_gpu_seconds=trial_cap_basis(estimate, costliest_ok_gpu_seconds))
 
 
 def best_lower_bound(step_series: Iterable[Sequence[float]]) -> float | None:
