@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 from tuner import batching, knobs, repeats, scheduling  # noqa: E402
 from tuner.ablation import plan_ablation_once  # noqa: E402
-from tuner.admission import MAX_PRUNED_IN_A_ROW  # noqa: E402
+from tuner.admission import MAX_PRUNED_IN_A_ROW, last_run_params  # noqa: E402
 from tuner.analysis import trial_cis  # noqa: E402
 from tuner.budget import ledger_from_trials  # noqa: E402
 from tuner.coordinator import adaptive_bar, end_unrun, record_result  # noqa: E402
@@ -153,7 +153,8 @@ def run_one(spec, truth_of, optimum, limit_s, *, cpu_limit_s: float | None = Non
                 trials, first_estimate_gpu_seconds=first_estimate, warm=launcher.warm()),
             costliest_ok_gpu_seconds=batching.cap_basis(trials, first_estimate_gpu_seconds=first_estimate))
         if admission.action == "plan_ablation":
-            if not plan_ablation_once(study, spec, trials):
+            if not plan_ablation_once(study, spec, trials, limit_gpu_seconds=limit_s,
+                                      worker_params=last_run_params(trials) if launcher.warm() else None):
                 break
             continue
         if pruned_in_a_row >= MAX_PRUNED_IN_A_ROW and not study.user_attrs.get("search_exhausted"):

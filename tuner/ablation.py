@@ -30,10 +30,31 @@ from optuna.trial import TrialState
 from tuner import knobs
 from tuner.spec import StudySpec
 
-__all__ = ["plan_ablation", "plan_ablation_once", "plan_runs", "shortlist", "N_CANDIDATES"]
+__all__ = ["plan_ablation", "plan_ablation_once", "plan_runs", "shortlist", "n_candidates", "N_CANDIDATES",
+           "MAX_CANDIDATES"]
 
 N_CANDIDATES = 2
 """Configs after the best that are re-measured too (the best may not stay best)."""
+MAX_CANDIDATES = 6
+"""Candidates at most, where the ablation share affords them (:func:`n_candidates`)."""
+
+
+def n_candidates(share_gpu_seconds: float, full_run_gpu_seconds: float, fixed_runs: int) -> int:
+    """Candidates to re-measure: N_CANDIDATES, or more (up to MAX_CANDIDATES) where half the
+    ablation share affords them beside the round's ``fixed_runs`` (the best's and baseline's
+    runs, the reverts); the other half is the runoff's (tuner.runoff). Where a full run is
+    cheap beside the share (13B on 8 GPUs: about 900 GPU-s against 21,600), the search's best
+    few differ by about one run's noise, and two candidates often held no config within 1% of
+    the optimum (docs/benchmarks.md).
+
+    Example:
+        >>> n_candidates(21_600.0, 1_000.0, 2), n_candidates(21_600.0, 2_500.0, 9), n_candidates(1e6, 1.0, 0)
+        (6, 2, 6)
+    """
+    if full_run_gpu_seconds <= 0:
+        return N_CANDIDATES
+    spare = int(share_gpu_seconds / 2 // full_run_gpu_seconds) - fixed_runs
+    return max(N_CANDIDATES, min(MAX_CANDIDATES, spare))
 
 
 def shortlist(trials: Sequence[Any], knobs: Sequence[str]) -> list[dict[str, Any]]:
@@ -109,23 +130,52 @@ def plan_ablation(spec: StudySpec, best_params: dict[str, Any], baseline: dict[s
     return runs
 
 
-def plan_ablation_once(study: optuna.Study, spec: StudySpec, trials: Sequence[optuna.trial.FrozenTrial]) -> bool:
-    """Enqueue the ablation runs (once per study). False when there is nothing to re-measure:
-    no ok search trial. Without an ok baseline (the team's config failed on this cluster) there
-    is nothing to revert to: only the best and the candidates are re-measured, so the
-    recommendation is still chosen on fresh runs, not on the search's luckiest one."""
+def plan_ablation_once(study: optuna.Study, spec: StudySpec, trials: Sequence[optuna.trial.FrozenTrial], *,
+                       limit_gpu_seconds: float | None = None, worker_params: dict[str, Any] | None = None) -> bool:
+    """Plan the ablation round, in two stages; the admission calls it whenever nothing is queued
+    and the round is due. False when there is nothing to re-measure: no ok search trial.
+
+    Stage 1 enqueues the round's runs (:func:`plan_runs`). Without an ok baseline (the team's
+    config failed on this cluster) there is nothing to revert to: only the best and the
+    candidates are re-measured, so the recommendation is still chosen on fresh runs, not on the
+    search's luckiest one. ``limit_gpu_seconds`` (the study's budget) sizes the candidates
+    (:func:`n_candidates`) and, in stage 2, once stage 1's runs are done, the runoff: the
+    finalists measured again on what the ablation share left (tuner.runoff). Then the round is
+    planned (study attr ``ablation_planned``). ``worker_params``: the config the resident worker
+    last ran, where the runoff's order starts.
+    """
+    from tuner import batching, scheduling
     from tuner.failures import config_key
     from tuner.importance import knob_importance
     from tuner.record import study_record
+    from tuner.runoff import plan_runoff
 
     if study.user_attrs.get("ablation_planned"):
         return False
-    study.set_user_attr("ablation_planned", True)
+    share = spec.study.ablation_share * limit_gpu_seconds if limit_gpu_seconds else 0.0
+    first_estimate = scheduling.first_estimate(spec)
+    # a study extended after its ablation plans another round (tuner.study); analysis reads the latest
+    previous_round = max((t.user_attrs.get("ablation_round", 1) for t in trials
+                          if t.user_attrs.get("role") == "ablation"), default=0)
+    if study.user_attrs.get("ablation_stage") == 1:  # the round's runs are done: its runoff
+        study.set_user_attr("ablation_planned", True)
+        study.set_user_attr("ablation_stage", 2)
+        runs = [t for t in trials if t.user_attrs.get("role") == "ablation"
+                and t.user_attrs.get("ablation_round", 1) == previous_round]
+        spent = sum(float(t.user_attrs.get("gpu_seconds") or 0.0) for t in runs)
+        full = sorted(float(t.user_attrs.get("gpu_seconds") or 0.0) for t in runs
+                      if t.user_attrs.get("status") == "ok" and t.user_attrs.get("ablation_knob") is None)
+        used = sum(float(t.user_attrs.get("gpu_seconds") or 0.0) for t in trials)
+        if full and limit_gpu_seconds:
+            plan_runoff(study, spec, budget_gpu_seconds=min(share - spent, limit_gpu_seconds - used),
+                        full_run_gpu_seconds=full[len(full) // 2], worker_params=worker_params)
+        return True
     base = next((t for t in trials if t.user_attrs.get("role") == "baseline"
                  and t.state == TrialState.COMPLETE and t.user_attrs.get("status") == "ok"), None)
     ok = [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("status") == "ok"
           and t.user_attrs.get("role") != "ablation"]
     if not ok:
+        study.set_user_attr("ablation_planned", True)
         return False
     records = study_record(study).trials
     reliable = shortlist(records, spec.knob_names) or [max(ok, key=lambda t: t.value).params]
@@ -135,12 +185,13 @@ def plan_ablation_once(study: optuna.Study, spec: StudySpec, trials: Sequence[op
                                                 n_boot=0)["knobs"] if d["total"] is not None]
     base_params = base.params if base is not None else None
     base_key = config_key(base_params) if base_params is not None else None
-    candidates = [p for p in reliable[1:] if config_key(p) != base_key][:N_CANDIDATES]
     reverts = plan_ablation(spec, best_params, base_params or {}, order)  # no baseline: no reverts
-    # a study extended after its ablation plans another round (tuner.study); analysis reads the latest
-    round_ = 1 + max((t.user_attrs.get("ablation_round", 1) for t in trials if t.user_attrs.get("role") == "ablation"),
-                     default=0)
+    fixed = len(plan_runs(reverts, base_params, []))
+    full_run = batching.cap_basis(trials, first_estimate_gpu_seconds=first_estimate)
+    candidates = [p for p in reliable[1:] if config_key(p) != base_key][:n_candidates(share, full_run, fixed)]
+    round_ = 1 + previous_round
     for params, extra in plan_runs(reverts, base_params, candidates):
         study.enqueue_trial(params, user_attrs={"role": "ablation", "ablation_of": best.number,
                                                 "ablation_round": round_, **extra}, skip_if_exists=False)
+    study.set_user_attr("ablation_stage", 1)
     return True

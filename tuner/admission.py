@@ -28,7 +28,7 @@ from tuner.storage import admission_lock
 from tuner.study import retry_once
 from tuner.unrun import end_unrun
 
-__all__ = ["admit", "finished", "MAX_PRUNED_IN_A_ROW"]
+__all__ = ["admit", "finished", "last_run_params", "MAX_PRUNED_IN_A_ROW"]
 
 MAX_PRUNED_IN_A_ROW = 200
 """Screened-out or repeat proposals in a row after which the search is exhausted (the
@@ -80,7 +80,8 @@ def admit(study: optuna.Study, raw_storage: Any, spec: StudySpec, limits: tuple[
                     trials, first_estimate_gpu_seconds=first_estimate, warm=warm),
                 costliest_ok_gpu_seconds=batching.cap_basis(trials, first_estimate_gpu_seconds=first_estimate))
             if admission.action == "plan_ablation":  # the runs just enqueued are WAITING now
-                if not plan_ablation_once(study, spec, trials):
+                if not plan_ablation_once(study, spec, trials, limit_gpu_seconds=limit,
+                                          worker_params=last_run_params(trials) if warm else None):
                     return None
                 continue
             if admission.action != "launch":
@@ -108,6 +109,13 @@ def admit(study: optuna.Study, raw_storage: Any, spec: StudySpec, limits: tuple[
             trial.set_user_attr("launcher", spec.cluster.launcher)
             asked.clear()
             return trial, params, admission.cap_gpu_seconds, admission.cap_basis_gpu_seconds
+
+
+def last_run_params(trials: list[optuna.trial.FrozenTrial]) -> dict[str, Any] | None:
+    """The params of the latest finished trial that ran (GPU-seconds spent): the config a
+    resident worker holds, where the runoff's order starts (tuner.runoff)."""
+    ran = [t for t in trials if t.state.is_finished() and t.user_attrs.get("gpu_seconds")]
+    return dict(max(ran, key=lambda t: t.number).params) if ran else None
 
 
 def fail_stale_trials(study: optuna.Study) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 from tuner.configs import config_estimate, holm, ratio_estimate, run_to_run_variance
 from tuner.failures import config_failure, config_key, failure_model, is_attempt, is_failure
 from tuner.record import TrialRecord
+from tuner.runoff import RUNOFF, ranked_remeasured
 from tuner.smoothing import smoothed_values
 
 __all__ = ["RunCIs", "run_groups", "recommend", "ablation_effects", "what_matters"]
@@ -77,7 +78,15 @@ def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df
     # every ablation round) are compared on the surrogate fitted to every run, re-measurements and
     # reverts included (tuner.smoothing): near the optimum they differ by less than one run's
     # noise, which one or two re-measurements each cannot resolve (docs/statistics.md, section 2)
-    if remeasured:
+    # a runoff (tuner.runoff) measured the finalists again: the finalist whose re-measurements,
+    # shrunk toward the search's surrogate as far as it has earned, read highest
+    finalists = {config_key(t.params) for t in trials if _is_remeasure(t) and t.remeasure == RUNOFF}
+    if remeasured and finalists & {r["key"] for r in remeasured}:
+        ranked = ranked_remeasured({r["key"]: r["remeasured"] for r in remeasured},
+                                   smoothed_values(trials, list(levels)))
+        first = next(k for k, _ in ranked if k in finalists)
+        chosen = next(r for r in remeasured if r["key"] == first)
+    elif remeasured:
         smoothed = smoothed_values(trials, list(levels), ablation_runs=True)
         chosen = max(remeasured, key=lambda r: (smoothed.get(r["key"], 0.0), score(r)))
     else:  # no re-measurement: the search's smoothed estimate (tuner.smoothing), not its luckiest run
@@ -114,7 +123,8 @@ def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df
             "measured_by_trial": chosen["remeasure_trials"][0] if chosen["remeasured"] else trial,
             "remeasure_trials": chosen["remeasure_trials"], "n_runs": measured["n_runs"],
             "failure": chosen["failure"],
-            "chosen_on": "re-measurements" if any_remeasured else "search trials (not re-measured)",
+            "chosen_on": ("runoff re-measurements" if chosen["key"] in finalists else "re-measurements")
+            if any_remeasured else "search trials (not re-measured)",
             "reliable": not chosen["failure"]["flaky"],
             "faster_but_flaky": None if flaky_faster is None else {
                 "trial": flaky_faster["first_trial"], "params": flaky_faster["params"],

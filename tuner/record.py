@@ -33,6 +33,8 @@ class TrialRecord:
     """Ablation runs: the trial whose config the round re-measures."""
     ablation_round: int | None = None
     """Ablation runs: 1 for the first round, 2 for the one a budget extension planned, ..."""
+    remeasure: str | None = None
+    """Ablation re-measurements: `best`, `baseline`, `candidate` or `runoff` (tuner.runoff)."""
     gpu_seconds: float | None = None
     reserved_gpu_seconds: float | None = None
     startup_gpu_seconds: float | None = None
@@ -94,6 +96,7 @@ def study_record(study: optuna.Study) -> StudyRecord:
             value=t.value, role=a.get("role"), step_seconds=_step_seconds(a, len(t.intermediate_values)),
             ablation_knob=a.get("ablation_knob"), ablation_of=a.get("ablation_of"),
             ablation_round=a.get("ablation_round", 1 if a.get("role") == "ablation" else None),
+            remeasure=a.get("remeasure"),
             gpu_seconds=a.get("gpu_seconds"), reserved_gpu_seconds=a.get("reserved_gpu_seconds"),
             startup_gpu_seconds=(a["startup_seconds"] * a["world_size"]
                                  if a.get("startup_seconds") is not None and a.get("world_size") else None),

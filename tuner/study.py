@@ -112,10 +112,11 @@ def open_study(spec: StudySpec, *, storage_url: str, study_name: str | None = No
                     f"Differences: {spec_diff(attrs['spec'], spec_dict)}")
             limit = float(attrs["budget_limit_gpu_seconds"])
             if budget_gpu_seconds is not None and budget_gpu_seconds != limit:
-                if budget_gpu_seconds > limit and attrs.get("ablation_planned"):
+                if budget_gpu_seconds > limit and (attrs.get("ablation_planned") or attrs.get("ablation_stage")):
                     # an extended study searches on; its ablation is planned again against
                     # the new budget, for the best config found by then
                     study.set_user_attr("ablation_planned", False)
+                    study.set_user_attr("ablation_stage", 0)
                 study.set_user_attr("budget_extended_from_gpu_seconds", limit)
                 limit = budget_gpu_seconds
                 study.set_user_attr("budget_limit_gpu_seconds", limit)
