@@ -5,9 +5,9 @@ noise: a full-length run varies by about 2% around its config's mean, a short ad
 run by 3-4% (tuner.launch.sim's noise, as on real clusters). The search's surrogate
 (tuner.smoothing) pools those runs, but it is a second-order model: where the cluster has a
 higher-order interaction (micro-batch 8 with activation checkpointing and no DataLoader workers,
-on one mismatched 13B cluster) it rated a config 6% above every run it had, and the ablation
-re-measured it, twice, beside two candidates that were no better, and recommended it at 0.963
-of the optimum (docs/benchmarks.md).
+on one mismatched 13B cluster) it rated a config above each of its runs, 8.7% over its truth;
+the ablation re-measured it twice, beside two candidates that were no better, and recommended
+it at 0.963 of the optimum (docs/benchmarks.md).
 
 So where the ablation share affords it, the ablation round re-measures more candidates
 (tuner.ablation), and once those runs are in, the runoff re-measures the :data:`FINALISTS` best
