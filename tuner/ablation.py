@@ -145,6 +145,7 @@ def plan_ablation_once(study: optuna.Study, spec: StudySpec, trials: Sequence[op
     last ran, where the runoff's order starts.
     """
     from tuner import batching, scheduling
+    from tuner.budget import ledger_from_trials
     from tuner.failures import config_key
     from tuner.importance import knob_importance
     from tuner.record import study_record
@@ -165,9 +166,9 @@ def plan_ablation_once(study: optuna.Study, spec: StudySpec, trials: Sequence[op
         spent = sum(float(t.user_attrs.get("gpu_seconds") or 0.0) for t in runs)
         full = sorted(float(t.user_attrs.get("gpu_seconds") or 0.0) for t in runs
                       if t.user_attrs.get("status") == "ok" and t.user_attrs.get("ablation_knob") is None)
-        used = sum(float(t.user_attrs.get("gpu_seconds") or 0.0) for t in trials)
-        if full and limit_gpu_seconds:
-            plan_runoff(study, spec, budget_gpu_seconds=min(share - spent, limit_gpu_seconds - used),
+        if full and limit_gpu_seconds:  # what is left is the budget ledger's (tuner.budget), not a re-count
+            left = ledger_from_trials(trials, limit_gpu_seconds).left_gpu_seconds
+            plan_runoff(study, spec, budget_gpu_seconds=min(share - spent, left),
                         full_run_gpu_seconds=full[len(full) // 2], worker_params=worker_params)
         return True
     base = next((t for t in trials if t.user_attrs.get("role") == "baseline"
