@@ -20,7 +20,7 @@ from tuner.optuna_internals import trial_id
 from tuner.record import study_record
 from tuner.space import complete_params, suggest_params
 from tuner.storage import open_storage
-from tuner.study import load_existing_study, open_study
+from tuner.study import enqueue_lost_retries, load_existing_study, open_study, retry_once
 
 
 class FakeLauncher(Launcher):
@@ -284,6 +284,45 @@ def test_infrastructure_failure_is_fail_charged_and_retried_not_a_constraint(tmp
     assert "constraints:failed" not in first.system_attrs
     assert retry.user_attrs["retry_of"] == 0 and retry.params == first.params
     assert retry.user_attrs["role"] == "baseline" and retry.user_attrs["status"] == "ok"
+
+
+def test_a_retry_lost_between_the_fail_and_its_enqueue_is_queued_by_the_next_admission(tmp_path, storage_url):
+    """Optuna runs the stale-trial callback after committing the FAIL: a storage error (or a
+    death) between the two used to lose the retry for good."""
+    spec = fast_spec(tmp_path)
+    study, _ = open_study(spec, storage_url=storage_url, budget_gpu_seconds=40.0)
+    cut = study.ask()                                     # the baseline, failed with no retry queued
+    suggest_params(cut, spec)
+    study.tell(cut, state=TrialState.FAIL)
+    run_study(spec, options(storage_url, tmp_path), launcher=FakeLauncher(spec))
+    trials = load(storage_url).trials
+    retries = [t for t in trials if t.user_attrs.get("retry_of") == 0]
+    assert len(retries) == 1 and retries[0].params == cut.params and retries[0].state == TrialState.COMPLETE
+    assert retries[0].user_attrs["role"] == "baseline"
+    assert enqueue_lost_retries(load(storage_url), trials) == []          # once
+
+
+def test_a_retry_keeps_why_its_trial_ran_and_a_cut_retry_is_queued_again(tmp_path):
+    spec = fast_spec(tmp_path)
+    study, _ = open_study(spec, storage_url=f"sqlite:///{tmp_path}/t.db", budget_gpu_seconds=40.0)
+    study.enqueue_trial({"micro_batch": 2, "padding": "packed", "nccl_algo": "Ring"},
+                        user_attrs={"role": "ablation", "ablation_of": 3, "ablation_round": 2, "remeasure": "runoff"})
+    for t in study.get_trials(states=(TrialState.WAITING,)):
+        study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)   # the runoff run, found stale
+    runoff_run = study.get_trials()[-1]
+    retry_once(study, runoff_run)
+    retry = study.get_trials()[-1]
+    assert {k: retry.user_attrs.get(k) for k in ("role", "ablation_of", "ablation_round", "remeasure", "retry_of")} \
+        == {"role": "ablation", "ablation_of": 3, "ablation_round": 2, "remeasure": "runoff",
+            "retry_of": runoff_run.number}
+    study._storage.set_trial_state_values(retry._trial_id, TrialState.FAIL)   # the retry, found stale: not again
+    retry_once(study, study.get_trials()[-1])
+    assert len(study.get_trials()) == 3
+    study.enqueue_trial(retry.params, user_attrs={**retry.user_attrs, "never_launched": True})
+    cut = study.get_trials()[-1]                          # a retry whose admission a storage error cut
+    study._storage.set_trial_state_values(cut._trial_id, TrialState.FAIL)
+    retry_once(study, study.get_trials()[-1])             # never ran, so never its config's fault: again
+    assert study.get_trials()[-1].user_attrs["retry_of"] == cut.number and len(study.get_trials()) == 5
 
 
 class BrokenLauncher(FakeLauncher):

@@ -83,3 +83,35 @@ def test_a_result_whose_trial_was_failed_as_stale_while_it_ran_is_recovered_not_
     recovered = [t for t in study.get_trials() if t.user_attrs.get("recovered_from") == trial.number]
     # the value is the result's own: tokens over time (tuner.launch.base.TrialResult), 505.47 here
     assert len(recovered) == 1 and recovered[0].value == pytest.approx(RESULT.tokens_per_sec_per_gpu)
+
+
+def test_a_trial_found_stale_between_its_result_attrs_and_its_tell_keeps_its_result(tmp_path, monkeypatch):
+    """A storage outage past the grace period: the other coordinator's stale check landed while
+    this one was recording (it used to die on UpdateFinishedTrialError, its result lost)."""
+    spec = fast_spec(tmp_path)
+    study, _ = open_study(spec, storage_url=f"sqlite:///{tmp_path}/t.db", budget_gpu_seconds=100.0)
+    trial = study.ask()
+    trial.suggest_categorical("micro_batch", (1, 2, 4))
+    tell = study.tell
+
+    def stale_first(*args, **kw):                          # the FAIL lands after the attrs, before the tell
+        study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+        return tell(*args, **kw)
+
+    monkeypatch.setattr(study, "tell", stale_first)
+    assert record_result(study, trial, RESULT) is False
+    assert study.get_trials()[0].user_attrs["status"] == "ok"             # the attrs it had written
+    assert spool.recover_late(study, trial.number, RESULT)                # still recovered
+    recovered = [t for t in study.get_trials() if t.user_attrs.get("recovered_from") == trial.number]
+    assert len(recovered) == 1 and recovered[0].value == pytest.approx(RESULT.tokens_per_sec_per_gpu)
+
+
+def test_a_failure_its_own_tell_recorded_is_not_recovered_twice(tmp_path):
+    spec = fast_spec(tmp_path)
+    study, _ = open_study(spec, storage_url=f"sqlite:///{tmp_path}/t.db", budget_gpu_seconds=100.0)
+    trial = study.ask()
+    trial.suggest_categorical("micro_batch", (1, 2, 4))
+    node_fail = TrialResult(status="error", launcher="fake", world_size=2, gpu_seconds=4.0, wall_seconds=2.0,
+                            message="slurm: NODE_FAIL", extra={"slurm_failure": True})
+    assert record_result(study, trial, node_fail) is True                 # FAIL, status error, retried
+    assert not spool.recover_late(study, trial.number, node_fail)          # a lost ack's retry: done

@@ -25,7 +25,7 @@ from tuner.screening import is_deliberate, screen
 from tuner.space import complete_params, suggest_params
 from tuner.spec import StudySpec
 from tuner.storage import admission_lock
-from tuner.study import retry_once
+from tuner.study import enqueue_lost_retries, retry_once
 from tuner.unrun import end_unrun
 
 __all__ = ["admit", "finished", "last_run_params", "MAX_PRUNED_IN_A_ROW"]
@@ -46,18 +46,18 @@ def admit(study: optuna.Study, raw_storage: Any, spec: StudySpec, limits: tuple[
     next trial costs no start-up (tuner.batching).
     """
     warm = launcher.warm() if launcher is not None else False
-    while asked:
-        abandon_admission(study, asked[0])
-        asked.pop(0)
     limit, search_limit = limits
     with admission_lock(raw_storage, study.study_name):
+        while asked:
+            abandon_admission(study, asked[0])
+            asked.pop(0)
         # under the lock: two coordinators never both fail (and retry) one dead trial (SQLite
         # has no row locks), and a retry is enqueued before the ledger is read
         fail_stale_trials(study)
         # a suggestion that repeats a finished config (tuner.repeats) or that screening prunes
         # (tuner.screening) is recorded unrun, and the loop asks again
         first_estimate = scheduling.first_estimate(spec)
-        proposals = 0
+        proposals, swept = 0, False
         while True:
             if proposals >= MAX_PRUNED_IN_A_ROW and not study.user_attrs.get("search_exhausted"):
                 # the sampler proposes only configs that cannot run: the search is over, as when
@@ -69,6 +69,10 @@ def admit(study: optuna.Study, raw_storage: Any, spec: StudySpec, limits: tuple[
             elif proposals >= MAX_PRUNED_IN_A_ROW + 1:
                 return None  # not even a queued run was admitted
             trials = study.get_trials(deepcopy=False)
+            if not swept:  # a retry owed but never queued (its FAIL committed, then its process or storage went)
+                swept = True
+                if enqueue_lost_retries(study, trials):
+                    continue  # read the trials again, the retry among them
             attrs = study.user_attrs
             admission = scheduling.next_admission(
                 ledger_from_trials(trials, limit), first_estimate_gpu_seconds=first_estimate,
@@ -135,6 +139,7 @@ def abandon_admission(study: optuna.Study, trial: optuna.Trial) -> None:
     if finished(study, trial):
         return
     trial.set_user_attr("gpu_seconds", 0.0)
+    trial.set_user_attr("never_launched", True)
     trial.set_user_attr("message", "admission cut short by a storage error; never launched")
     study.tell(trial, state=TrialState.FAIL)
     retry_once(study, study_storage(study).get_trial(trial_id(trial)))

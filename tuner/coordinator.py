@@ -245,24 +245,40 @@ def _skip_unrunnable(study: optuna.Study, raw_storage: Any) -> list[int]:
 
 
 def record_result(study: optuna.Study, trial: optuna.Trial, result: TrialResult) -> bool:
-    """Tell the study a launcher's result (tuner.scheduling.outcome says how). False, doing
-    nothing, when the trial is already finished: a retry after a dropped connection whose
-    first tell landed, or a trial another coordinator found stale meanwhile."""
+    """Tell the study a launcher's result (tuner.scheduling.outcome says how). False when the
+    trial is already finished: a retry after a dropped connection whose first tell landed, or
+    a trial another coordinator found stale before or while this records it (then
+    tuner.spool.recover_late keeps the result)."""
     if finished(study, trial):
         return False
-    out = scheduling.outcome(result)
+    try:
+        _tell(study, trial, scheduling.outcome(result))
+    except (optuna.exceptions.UpdateFinishedTrialError, ValueError):  # ValueError: "Cannot tell a FAIL trial"
+        if finished(study, trial):
+            return False
+        raise
+    return True
+
+
+def _tell(study: optuna.Study, trial: optuna.Trial, out: scheduling.Outcome) -> None:
     for step, value in out.steps:
         trial.report(value, step)
     for key, value in out.attrs.items():
         trial.set_user_attr(key, value)
     if out.state == "FAIL":
-        study.tell(trial, state=TrialState.FAIL)
-        if out.retry:
-            retry_once(study, study_storage(study).get_trial(trial_id(trial)))
-        return True
+        _fail(study, trial, retry=out.retry)
+        return
     trial.set_constraint("failed", out.failed)
     study.tell(trial, out.value)
-    return True
+
+
+def _fail(study: optuna.Study, trial: optuna.Trial, *, retry: bool) -> None:
+    """FAIL a trial and enqueue its retry under the admission lock, which the lost-retry sweep
+    also holds (tuner.study.enqueue_lost_retries): it never sees the FAIL without the retry."""
+    with admission_lock(rdb_storage(study), study.study_name):
+        study.tell(trial, state=TrialState.FAIL)
+        if retry:
+            retry_once(study, study_storage(study).get_trial(trial_id(trial)))
 
 
 def _record_interrupted(study: optuna.Study, trial: optuna.Trial, gpu_seconds: float, message: str) -> None:
@@ -270,8 +286,7 @@ def _record_interrupted(study: optuna.Study, trial: optuna.Trial, gpu_seconds: f
     try:
         trial.set_user_attr("gpu_seconds", gpu_seconds)
         trial.set_user_attr("message", message)
-        study.tell(trial, state=TrialState.FAIL)
-        retry_once(study, study_storage(study).get_trial(trial_id(trial)))
+        _fail(study, trial, retry=True)
     except Exception:  # noqa: BLE001 - the interrupt wins; a stale-trial check cleans up later
         pass
 

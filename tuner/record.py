@@ -8,7 +8,11 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-__all__ = ["TrialRecord", "StudyRecord", "study_record", "trial_status"]
+__all__ = ["TrialRecord", "StudyRecord", "study_record", "trial_status", "ROLE_ATTRS"]
+
+ROLE_ATTRS = ("role", "ablation_knob", "ablation_of", "ablation_round", "remeasure")
+"""The user attrs that say why a queued trial runs; its retry and a recovered copy keep them
+(a runoff run retried without `remeasure` would no longer count as the runoff's)."""
 
 
 @dataclass(frozen=True, kw_only=True)

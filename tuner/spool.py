@@ -44,6 +44,7 @@ from optuna.trial import TrialState
 from tuner import scheduling
 from tuner.launch import TrialResult
 from tuner.optuna_internals import trial_id
+from tuner.record import ROLE_ATTRS
 
 __all__ = ["Spool", "spool_dir", "pending", "replay", "recover_late"]
 
@@ -127,12 +128,13 @@ def pending(runs_dir: Path, study_name: str) -> Iterator[tuple[int, TrialResult,
 
 
 def replay(study: optuna.Study, runs_dir: Path,
-           record: Callable[[optuna.Study, optuna.Trial, TrialResult], None]) -> list[int]:
+           record: Callable[[optuna.Study, optuna.Trial, TrialResult], bool]) -> list[int]:
     """Record every spooled result of this study; returns the trial numbers recorded.
 
-    ``record`` is the coordinator's own (tuner.coordinator.record_result). A trial still
-    RUNNING (its coordinator died before recording) gets its result; one already finished
-    as FAIL (found stale meanwhile) gets it as a new trial; one already recorded is done.
+    ``record`` is the coordinator's own (tuner.coordinator.record_result: False when the
+    trial is already finished). A trial still RUNNING (its coordinator died before recording)
+    gets its result; one failed by another process (found stale, :func:`failed_elsewhere`)
+    gets it as a new trial; one already recorded is done.
     """
     done = []
     by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
@@ -140,15 +142,21 @@ def replay(study: optuna.Study, runs_dir: Path,
         frozen = by_number.get(number)
         if frozen is None:
             continue  # another study's file under the same name: leave it
-        if frozen.state == TrialState.RUNNING:
-            with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):  # found stale just now
-                record(study, optuna.Trial(study, trial_id(frozen)), result)
-                done.append(number)
-        elif frozen.state == TrialState.FAIL and frozen.user_attrs.get("status") is None:
-            _add_recovered(study, frozen, result)
+        if frozen.state == TrialState.RUNNING and record(study, optuna.Trial(study, trial_id(frozen)), result):
+            done.append(number)
+        elif recover_late(study, number, result):  # found stale, before or while it was recorded
             done.append(number)
         path.unlink(missing_ok=True)
     return done
+
+
+def failed_elsewhere(frozen: optuna.trial.FrozenTrial, result: TrialResult) -> bool:
+    """Whether a finished trial was failed by another process (found stale), not told this
+    result: FAIL with no status of its own, or FAIL where the result would tell COMPLETE (a
+    stale check that landed between the result's attrs and its tell leaves them set)."""
+    if frozen.state != TrialState.FAIL:
+        return False
+    return frozen.user_attrs.get("status") is None or scheduling.outcome(result).state == "COMPLETE"
 
 
 def recover_late(study: optuna.Study, number: int, result: TrialResult) -> bool:
@@ -156,7 +164,7 @@ def recover_late(study: optuna.Study, number: int, result: TrialResult) -> bool:
     a storage outage longer than the grace period): recorded as a new trial. False when the
     trial ended some other way (already recorded)."""
     frozen = next((t for t in study.get_trials(deepcopy=False) if t.number == number), None)
-    if frozen is None or frozen.state != TrialState.FAIL or frozen.user_attrs.get("status") is not None:
+    if frozen is None or not failed_elsewhere(frozen, result):
         return False
     if any(t.user_attrs.get("recovered_from") == number for t in study.get_trials(deepcopy=False)):
         return False
@@ -166,7 +174,7 @@ def recover_late(study: optuna.Study, number: int, result: TrialResult) -> bool:
 
 def _add_recovered(study: optuna.Study, frozen: optuna.trial.FrozenTrial, result: TrialResult) -> None:
     out = scheduling.outcome(result)
-    attrs = {k: v for k, v in frozen.user_attrs.items() if k in ("role", "ablation_knob", "ablation_of", "retry_of")}
+    attrs = {k: v for k, v in frozen.user_attrs.items() if k in (*ROLE_ATTRS, "retry_of")}
     attrs.update(out.attrs)
     attrs["recovered_from"] = frozen.number
     steps = dict(out.steps)

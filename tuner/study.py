@@ -23,14 +23,15 @@ from optuna.trial import TrialState
 
 from tuner.budget import ledger_from_trials
 from tuner.errors import StudyConflictError
-from tuner.record import trial_status
+from tuner.record import ROLE_ATTRS, trial_status
 from tuner.repeats import coordinator_seed
 from tuner.sampling import make_sampler
 from tuner.space import baseline_params
 from tuner.spec import StudySpec, spec_fingerprint
 from tuner.storage import admission_lock, open_storage, redact_url
 
-__all__ = ["RunSummary", "StudyConflictError", "open_study", "spec_diff", "retry_once",
+__all__ = ["RunSummary", "StudyConflictError", "open_study", "spec_diff", "retry_once", "wants_retry",
+           "enqueue_lost_retries",
            "summarize", "load_existing_study", "study_status"]
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -59,16 +60,49 @@ class RunSummary:
 
 
 def retry_once(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-    """Enqueue a trial's config again, keeping its role, unless it is itself a retry.
+    """Enqueue a trial's config again, keeping why it ran (tuner.record.ROLE_ATTRS), unless it
+    is itself a retry that launched: a config that kills its coordinator must not loop.
 
     For trials that ended through no fault of their config: a dead coordinator (Optuna's
-    stale-trial callback), Ctrl-C, a node failure.
+    stale-trial callback), Ctrl-C, a node failure, an admission a storage error cut short
+    (user attr `never_launched`; such a retry is queued again, it never ran).
     """
-    if "retry_of" in trial.user_attrs:
+    if "retry_of" in trial.user_attrs and not trial.user_attrs.get("never_launched"):
         return
-    attrs = {k: v for k, v in trial.user_attrs.items() if k in ("role", "ablation_knob")}
+    attrs = {k: v for k, v in trial.user_attrs.items() if k in ROLE_ATTRS}
     attrs["retry_of"] = trial.number
     study.enqueue_trial(trial.params, user_attrs=attrs, skip_if_exists=False)
+
+
+def wants_retry(trial: optuna.trial.FrozenTrial) -> bool:
+    """Whether a finished trial ended through no fault of its config and earns a retry
+    (:func:`retry_once`'s rule): FAIL with no result (found stale, Ctrl-C, an admission cut
+    short) or an infrastructure failure (tuner.scheduling.outcome), not a recovered copy."""
+    a = trial.user_attrs
+    if trial.state != TrialState.FAIL or "recovered_from" in a:
+        return False
+    if "retry_of" in a and not a.get("never_launched"):
+        return False
+    return a.get("status") is None or bool(a.get("slurm_failure") or a.get("infrastructure_failure"))
+
+
+def enqueue_lost_retries(study: optuna.Study, trials: list[optuna.trial.FrozenTrial]) -> list[int]:
+    """Queue the retries that were owed but never enqueued; returns the trials retried.
+
+    A retry is enqueued just after its trial's FAIL, in another statement: a coordinator that
+    dies, or a storage that goes away, between the two leaves the config unretried (Optuna's
+    stale-trial callback runs after the FAIL is committed, so a failed callback is not run
+    again). Call it under the admission lock, which every FAIL-and-retry also holds
+    (tuner.admission, tuner.coordinator), so it never sees one half done. A trial whose result
+    a spool recovered (user attr `recovered_from` on another trial) lost nothing.
+    """
+    covered = {t.user_attrs.get(k) for t in trials for k in ("retry_of", "recovered_from")} - {None}
+    done = []
+    for t in trials:
+        if wants_retry(t) and t.number not in covered:
+            retry_once(study, t)
+            done.append(t.number)
+    return done
 
 
 def _creation_attrs(spec: StudySpec, spec_dict: dict[str, Any], fingerprint: str, limit: float) -> dict[str, Any]:
