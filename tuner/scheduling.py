@@ -16,7 +16,7 @@ Example:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +26,13 @@ from tuner.measurement import batch_means_ci
 from tuner.spec import StudySpec
 
 __all__ = ["Admission", "next_admission", "first_estimate", "search_limit", "best_lower_bound",
-           "Outcome", "outcome"]
+           "Outcome", "outcome", "infrastructure_failure"]
+
+
+def infrastructure_failure(extra: Mapping[str, Any]) -> bool:
+    """Whether a result's extras (or the trial attrs they became) say the infrastructure
+    failed, not the config: a node failure, preemption, an allocation that never came."""
+    return bool(extra.get("slurm_failure") or extra.get("infrastructure_failure"))
 
 
 def first_estimate(spec: StudySpec) -> float:
@@ -152,7 +158,7 @@ def outcome(result: TrialResult) -> Outcome:
     if result.extra.get("stopped_by_budget"):  # the budget's end, not the config (tuner.accounting)
         attrs["status"] = "stopped_by_budget"
         return Outcome(state="FAIL", value=None, failed=None, steps=result.step_values, attrs=attrs, retry=False)
-    if result.extra.get("slurm_failure") or result.extra.get("infrastructure_failure"):
+    if infrastructure_failure(result.extra):
         return Outcome(state="FAIL", value=None, failed=None, steps=result.step_values, attrs=attrs, retry=True)
     value = result.tokens_per_sec_per_gpu
     return Outcome(state="COMPLETE", value=value if value is not None else 0.0,

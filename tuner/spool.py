@@ -163,10 +163,11 @@ def recover_late(study: optuna.Study, number: int, result: TrialResult) -> bool:
     """A result whose trial another coordinator failed as stale while it ran (a busy machine,
     a storage outage longer than the grace period): recorded as a new trial. False when the
     trial ended some other way (already recorded)."""
-    frozen = next((t for t in study.get_trials(deepcopy=False) if t.number == number), None)
+    trials = study.get_trials(deepcopy=False)
+    frozen = next((t for t in trials if t.number == number), None)
     if frozen is None or not failed_elsewhere(frozen, result):
         return False
-    if any(t.user_attrs.get("recovered_from") == number for t in study.get_trials(deepcopy=False)):
+    if any(t.user_attrs.get("recovered_from") == number for t in trials):
         return False
     _add_recovered(study, frozen, result)
     return True

@@ -26,12 +26,12 @@ from tuner.errors import StudyConflictError
 from tuner.record import ROLE_ATTRS, trial_status
 from tuner.repeats import coordinator_seed
 from tuner.sampling import make_sampler
+from tuner.scheduling import infrastructure_failure
 from tuner.space import baseline_params
 from tuner.spec import StudySpec, spec_fingerprint
 from tuner.storage import admission_lock, open_storage, redact_url
 
-__all__ = ["RunSummary", "StudyConflictError", "open_study", "spec_diff", "retry_once", "wants_retry",
-           "enqueue_lost_retries",
+__all__ = ["RunSummary", "StudyConflictError", "open_study", "spec_diff", "retry_once", "enqueue_lost_retries",
            "summarize", "load_existing_study", "study_status"]
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -67,23 +67,25 @@ def retry_once(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
     stale-trial callback), Ctrl-C, a node failure, an admission a storage error cut short
     (user attr `never_launched`; such a retry is queued again, it never ran).
     """
-    if "retry_of" in trial.user_attrs and not trial.user_attrs.get("never_launched"):
+    if _launched_retry(trial.user_attrs):
         return
     attrs = {k: v for k, v in trial.user_attrs.items() if k in ROLE_ATTRS}
     attrs["retry_of"] = trial.number
     study.enqueue_trial(trial.params, user_attrs=attrs, skip_if_exists=False)
 
 
-def wants_retry(trial: optuna.trial.FrozenTrial) -> bool:
+def _launched_retry(attrs: dict[str, Any]) -> bool:
+    return "retry_of" in attrs and not attrs.get("never_launched")
+
+
+def _wants_retry(trial: optuna.trial.FrozenTrial) -> bool:
     """Whether a finished trial ended through no fault of its config and earns a retry
     (:func:`retry_once`'s rule): FAIL with no result (found stale, Ctrl-C, an admission cut
     short) or an infrastructure failure (tuner.scheduling.outcome), not a recovered copy."""
     a = trial.user_attrs
-    if trial.state != TrialState.FAIL or "recovered_from" in a:
+    if trial.state != TrialState.FAIL or "recovered_from" in a or _launched_retry(a):
         return False
-    if "retry_of" in a and not a.get("never_launched"):
-        return False
-    return a.get("status") is None or bool(a.get("slurm_failure") or a.get("infrastructure_failure"))
+    return a.get("status") is None or infrastructure_failure(a)
 
 
 def enqueue_lost_retries(study: optuna.Study, trials: list[optuna.trial.FrozenTrial]) -> list[int]:
@@ -99,7 +101,7 @@ def enqueue_lost_retries(study: optuna.Study, trials: list[optuna.trial.FrozenTr
     covered = {t.user_attrs.get(k) for t in trials for k in ("retry_of", "recovered_from")} - {None}
     done = []
     for t in trials:
-        if wants_retry(t) and t.number not in covered:
+        if _wants_retry(t) and t.number not in covered:
             retry_once(study, t)
             done.append(t.number)
     return done
