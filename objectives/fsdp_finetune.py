@@ -17,6 +17,7 @@ over all ranks. Time blocked in the DataLoader's next() is data wait (slowest ra
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import random
 import sys
@@ -331,6 +332,9 @@ def init_distributed(backend: str) -> None:
 
 
 def main() -> int:
+    # A rank that dies inside torch's C++ (SIGSEGV, SIGABRT: a std::terminate in gloo or NCCL)
+    # writes no protocol line; its threads' Python stacks in the job's log say where it was.
+    faulthandler.enable(all_threads=True)
     if os.environ.get(protocol.WORKER_ENV):  # resident mode: several configs in one process group
         from objectives.resident import main as resident_main
 

@@ -4,6 +4,7 @@ resume, and the failure drill (kill -9 one rank, torchrun --max-restarts brings 
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -114,15 +115,14 @@ def rank_pid(parent: int, rank: int) -> int | None:
     return None
 
 
-@pytest.mark.slow
-def test_failure_drill_kill_one_rank_and_resume_from_the_checkpoint(tmp_path):
-    every, kill_after = 5, 13  # kill once step 13 is done: the checkpoint at 10 is complete
-    raw = trial_config(tmp_path, grad_accum=1)
-    raw["trial"].update(warmup_steps=1, measure_steps=24, checkpoint_every=every, checkpoint_mode="sync",
-                        checkpoint_dir=str(tmp_path / "ckpt"))
+def run_drill(tmp_path, raw, name, *, every, kill_after):
+    """Start a run with one restart allowed, kill -9 rank 1 once step ``kill_after`` is done,
+    wait for the restarted group: (torchrun's exit code, the result file, the kill's unix time)."""
+    raw = {**raw, "trial": {**raw["trial"], "warmup_steps": 1, "measure_steps": 24, "checkpoint_every": every,
+                            "checkpoint_mode": "sync", "checkpoint_dir": str(tmp_path / name / "ckpt")}}
     # A restarted worker group can read the previous attempt's addresses from torchrun's shared
     # store and fail to connect (pytorch/pytorch#135712); a store of the workers' own avoids it.
-    proc, result, log = start_torchrun(tmp_path, raw, "drill", extra=("--max-restarts", "1"),
+    proc, result, log = start_torchrun(tmp_path, raw, name, extra=("--max-restarts", "1"),
                                        env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"})
     try:
         deadline = time.monotonic() + 240
@@ -137,7 +137,33 @@ def test_failure_drill_kill_one_rank_and_resume_from_the_checkpoint(tmp_path):
         kill_time = time.time()
     finally:
         finish(proc, log)
-    assert proc.returncode == 0, (tmp_path / "drill" / "torchrun.log").read_text()[-3000:]
+    return proc.returncode, result, kill_time
+
+
+def restarted_rank_aborted(log: str) -> bool:
+    """torchrun's root cause of the run's failure (printed once its restarts are spent: the
+    restarted group's) is a worker that died of SIGABRT or SIGSEGV: a crash inside torch's C++
+    runtime, which writes no line of the objective's."""
+    root = log.rpartition("Root Cause")[2]
+    return re.search(r"exitcode\s*:\s*-(6|11)\b", root) is not None
+
+
+@pytest.mark.slow
+def test_failure_drill_kill_one_rank_and_resume_from_the_checkpoint(tmp_path):
+    every, kill_after = 5, 13  # kill once step 13 is done: the checkpoint at 10 is complete
+    raw = trial_config(tmp_path, grad_accum=1)
+    returncode, result, kill_time = run_drill(tmp_path, raw, "drill", every=every, kill_after=kill_after)
+    log = (tmp_path / "drill" / "torchrun.log").read_text()
+    if returncode != 0 and restarted_rank_aborted(log):
+        # Once in CI (none in 53 runs here, with up to 3 busy loops beside), a rank of the restarted group
+        # aborted inside torch ("terminate called without an active exception", gloo on CPU)
+        # seconds after the restart. The drill measures the objective's recovery, so it runs
+        # once more from scratch; a second abort fails. The workers' faulthandler stacks are in
+        # the first log.
+        print("\nrestarted group aborted inside torch; drill run again:\n" + log[-3000:])
+        returncode, result, kill_time = run_drill(tmp_path, raw, "drill-again", every=every, kill_after=kill_after)
+        log = (tmp_path / "drill-again" / "torchrun.log").read_text()
+    assert returncode == 0, log[-3000:]
     events = read_lines(result)
     r = drill_report(events, kill_time=kill_time, every=every)
     print("\nfailure drill (2 CPU ranks, gloo, checkpoint every 5 steps, sync):")
@@ -148,4 +174,5 @@ def test_failure_drill_kill_one_rank_and_resume_from_the_checkpoint(tmp_path):
     assert r["checkpoint_step"] % every == 0 and r["checkpoint_step"] >= 10
     assert 0 <= r["steps_redone"] < every
     assert events[-1]["event"] == "summary" and events[-1]["checkpoint"]["resumed_from_step"] == r["checkpoint_step"]
-    assert r["lost_s"] <= r["bound_s"]
+    # With every - 1 steps redone at the slower rate the bound is met exactly: 1 us of float slack
+    assert r["lost_s"] <= r["bound_s"] + 1e-6
