@@ -7,7 +7,7 @@ A study here is ``--trials`` trials (true rates spread 500-2,000 tokens/s/GPU) s
 noise family (bench/noise_families.py: AR(1) phi 0/0.5/0.8/0.9, t(3), 3% stragglers, a
 warm-up leak). The truth is each trial's tokens over time. Side by side:
 
-- **pooled** (today's, tuner.trial_ci): ratio of sums, REML AR(1) noise model pooled over
+- **pooled** (today's, tuner.stats): ratio of sums, REML AR(1) noise model pooled over
   the study's trials, moderated variance, MSER warm-up truncation;
 - **batch means** (the method before issue 12): mean of per-step rates, ~sqrt(n) batch
   means, t-quantile with batches - 1 df, judged against the same truth.
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from noise_families import FAMILIES, step_series  # noqa: E402
 
-from tuner.trial_ci import study_trial_cis  # noqa: E402
+from tuner.stats import study_trial_cis  # noqa: E402
 
 
 def before_ci(values: np.ndarray) -> tuple[float, float] | None:

@@ -1,10 +1,10 @@
 """The true total- and first-order indices of a synthetic family (bench/synthetic_studies.py),
-what tuner.importance's CIs are judged against.
+what tuner.stats's CIs are judged against.
 
 The truth is the Sobol decomposition of the family's true log tokens/s/GPU over the
 distribution its ok search trials are drawn from (each knob's levels uniform and independent,
 a favoured level as the family favours it, times the chance the config survives), computed
-exactly by enumerating pairs of configs, with tuner.importance's own definitions: a knob is
+exactly by enumerating pairs of configs, with tuner.stats's own definitions: a knob is
 moved together with the knobs conditional on it (num_workers with prefetch_factor); a
 conditional knob is moved only where it applies, its index scaled by that share. A knob
 without an effect (the family's placebo knobs, prefetch_factor) has 0 and 0.

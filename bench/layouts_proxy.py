@@ -51,14 +51,14 @@ def predict(params: dict, nproc: int) -> dict:
 
     from helper.calibration import resolve_constants
     from helper.layouts import layout_memory, layout_step_time
+    from helper.mesh import Layout
     from helper.presets import get_preset
     from helper.sizes import ModelShape
     from tuner.knobs import fsdp_reshard_after_forward
-    from tuner.launch.sim_layouts import sim_layout
 
     arch = dataclasses.replace(get_preset("tiny"), vocab=2000)  # the bench's trained tokenizer's vocabulary
     shape = ModelShape(n_params=float(arch.n_params), arch=arch, label="tiny", note="tiny preset, 2,000-token vocabulary")
-    layout = sim_layout(params, world_size=nproc, gpus_per_node=nproc)
+    layout = Layout.from_knobs(params, world_size=nproc, gpus_per_node=nproc)
     common = dict(gpu="cpu", micro_batch=4, seq_len=128, activation_checkpointing=False)
     t = layout_step_time(shape, layout, constants=resolve_constants(None, "cpu")[0], gpus_per_node=nproc,
                          reshard_after_forward=fsdp_reshard_after_forward(params), **common)

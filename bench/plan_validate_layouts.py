@@ -4,8 +4,8 @@
 
 `tuner plan` picks the fastest layout that fits (FSDP for 13B on 32 H100); this forces the
 13B / 32 x H100 plan's choice to each named layout (names as in the plan's table) and runs its
-proxy through `tuner.planning.validate_plan`: the layout in the workload's knobs, scaled to the
-proxy (tuner/proxy_layout.py), measured against helper.layouts' prediction. Folders:
+proxy through `tuner.plan.validate_plan`: the layout in the workload's knobs, scaled to the
+proxy (tuner/plan/_proxy.py), measured against helper.layouts' prediction. Folders:
 /tmp/plan-validate-<layout>.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from helper import plan_training  # noqa: E402
-from tuner.planning import format_validation, validate_plan  # noqa: E402
+from tuner.plan import format_validation, validate_plan  # noqa: E402
 
 
 def main() -> int:

@@ -3,7 +3,7 @@
 For each simulated cluster (7B x 32 H100, 13B x 8 H100, 1B x 16 A100) and each physics,
 
 - ``matched``: the sim is helper's own model;
-- ``mismatched``: ``sim_physics = "perturbed:SEED"`` (tuner.launch.sim_physics), one different
+- ``mismatched``: ``sim_physics = "perturbed:SEED"`` (tuner.sim), one different
   cluster per seed: every constant perturbed 30-50%, another activation-memory formula,
   interactions helper does not model, a slow node, a version-dependent NCCL rule,
 
@@ -12,7 +12,7 @@ Each strategy then runs the study as ``tuner run`` does (baseline first, budget 
 caps, adaptive measurement, no exact repeats, screening before launch, then the ablation round
 that re-measures the best and the next candidates: the coordinator's own functions, over
 in-memory storage for speed) and is scored by its recommendation: analysis.json's ``best``
-(tuner.recommend), as a share of that optimum, at the end of the budget and as the budget
+(tuner.stats), as a share of that optimum, at the end of the budget and as the budget
 passes 10 and 20 GPU-h. ``--no-ablation`` scores the search alone. "model-only" is helper's top
 prediction, no trial run.
 
@@ -44,22 +44,23 @@ import optuna
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tuner import batching, knobs, repeats, scheduling  # noqa: E402
-from tuner.ablation import plan_ablation_once  # noqa: E402
-from tuner.admission import MAX_PRUNED_IN_A_ROW, last_run_params  # noqa: E402
-from tuner.analysis import trial_cis  # noqa: E402
-from tuner.budget import ledger_from_trials  # noqa: E402
-from tuner.coordinator import adaptive_bar, end_unrun, record_result  # noqa: E402
-from tuner.failures import level_failures  # noqa: E402
-from tuner.launch import TrialRequest  # noqa: E402
-from tuner.launch.sim import SimLauncher  # noqa: E402
-from tuner.launch.sim_physics import physics_for, truth  # noqa: E402
-from tuner.recommend import recommend, run_groups  # noqa: E402
-from tuner.record import study_record  # noqa: E402
-from tuner.sampling import make_sampler  # noqa: E402
-from tuner.screening import is_deliberate, screen  # noqa: E402
-from tuner.space import baseline_params, complete_params, is_active, suggest_params  # noqa: E402
-from tuner.spec import load_spec  # noqa: E402
+from tuner import budget
+from tuner.budget import ledger_from_trials
+from tuner.knobs import is_active
+from tuner.launch import TrialRequest
+from tuner.model import spec_model_inputs
+from tuner.search import is_deliberate, make_sampler, screen, screen_repeat, suggest_params
+from tuner.sim import SimLauncher, physics_for, truth
+from tuner.spec import baseline_params, complete_params, load_spec
+from tuner.stats import level_failures, recommend, run_groups, study_record, trial_cis
+from tuner.study import (
+    MAX_PRUNED_IN_A_ROW,
+    adaptive_bar,
+    end_unrun,
+    last_run_params,
+    plan_ablation_once,
+    record_result,
+)
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 warnings.filterwarnings("ignore")
@@ -107,10 +108,7 @@ class Truth:
                                                       run_dir=Path("/nonexistent")))
                 self.cache[key] = r.extra.get("noiseless_tokens_per_sec_per_gpu", 0.0) if r.status == "ok" else 0.0
             else:
-                c = self.spec.cluster
-                t = truth(self.physics, model=self.spec.model.preset, world=c.world_size, gpu=c.gpu,
-                          gpus_per_node=c.gpus_per_node, seq_len=self.spec.model.seq_len, params=full,
-                          reshard_after_forward=knobs.fsdp_reshard_after_forward(full))
+                t = truth(self.physics, spec_model_inputs(full, self.spec, mean_tokens=self.physics.mean_tokens()))
                 self.cache[key] = t.tokens_per_sec_per_gpu if t.status == "ok" else 0.0
         return self.cache[key]
 
@@ -133,8 +131,8 @@ def run_one(spec, truth_of, optimum, limit_s, *, cpu_limit_s: float | None = Non
     if base:
         study.enqueue_trial(base, user_attrs={"role": "baseline"})
     ablation = spec.study.ablation_share > 0
-    search_limit = scheduling.search_limit(limit_s, spec.study.ablation_share, ablation=ablation)
-    first_estimate = scheduling.first_estimate(spec)
+    search_limit = budget.search_limit(limit_s, spec.study.ablation_share, ablation=ablation)
+    first_estimate = spec.first_estimate_gpu_seconds
     used, at, pruned_in_a_row = 0.0, {}, 0
     counts = {"trials": 0, "launched_failed": 0, "launched_nccl_error": 0, "pruned": 0, "timed_out": 0,
               "ablation_runs": 0}
@@ -143,15 +141,15 @@ def run_one(spec, truth_of, optimum, limit_s, *, cpu_limit_s: float | None = Non
             counts["timed_out"] = 1
             break
         trials = study.get_trials(deepcopy=False)
-        admission = scheduling.next_admission(
+        admission = budget.next_admission(
             ledger_from_trials(trials, limit_s), first_estimate_gpu_seconds=first_estimate,
             search_limit_gpu_seconds=search_limit, ablation=ablation,
             ablation_planned=bool(study.user_attrs.get("ablation_planned")),
             queued=any(t.state == optuna.trial.TrialState.WAITING for t in trials),
             search_exhausted=bool(study.user_attrs.get("search_exhausted")),
-            estimate_gpu_seconds=batching.estimate_from_trials(
+            estimate_gpu_seconds=budget.estimate_from_trials(
                 trials, first_estimate_gpu_seconds=first_estimate, warm=launcher.warm()),
-            costliest_ok_gpu_seconds=batching.cap_basis(trials, first_estimate_gpu_seconds=first_estimate))
+            costliest_ok_gpu_seconds=budget.cap_basis(trials, first_estimate_gpu_seconds=first_estimate))
         if admission.action == "plan_ablation":
             if not plan_ablation_once(study, spec, trials, limit_gpu_seconds=limit_s,
                                       worker_params=last_run_params(trials) if launcher.warm() else None):
@@ -166,7 +164,7 @@ def run_one(spec, truth_of, optimum, limit_s, *, cpu_limit_s: float | None = Non
             break
         trial = study.ask()
         params = suggest_params(trial, spec)
-        if repeats.screen(study, spec, trial, params, trials):  # an exact repeat: never launched
+        if screen_repeat(study, spec, trial, params, trials):  # an exact repeat: never launched
             continue
         counts["trials"] += 1
         verdict = None if is_deliberate(trial.user_attrs) else screen(  # as the coordinator: never the baseline
@@ -198,7 +196,7 @@ def run_one(spec, truth_of, optimum, limit_s, *, cpu_limit_s: float | None = Non
 
 
 def recommended(study) -> dict | None:
-    """analysis.json's ``best`` params (tuner.recommend over the run-level CIs, as analyze_study
+    """analysis.json's ``best`` params (tuner.stats over the run-level CIs, as analyze_study
     computes it, without the importance bootstrap), or None when no trial ran ok."""
     trials = study_record(study).trials
     cis, _ = trial_cis(trials)
@@ -314,7 +312,7 @@ def run_seed(task: dict) -> dict:
     for name in task["strategies"]:
         t0 = time.process_time()
         if name == "model-only":
-            from tuner.model_sampler import top_prediction
+            from tuner.search import top_prediction
             share = truth_of(top_prediction(spec)) / optimum
             run = (share, dict.fromkeys(CHECKPOINTS_GPUH, share), dict.fromkeys(
                 ("trials", "launched_failed", "launched_nccl_error", "pruned", "timed_out"), 0))

@@ -3,9 +3,9 @@
     python bench/synthetic_studies.py                      # the table of docs/statistics.md
     python bench/synthetic_studies.py --studies 3 --n-boot 50   # quicker, coarser
 
-Each study is built the way the coordinator builds one (tuner.record.StudyRecord, the input of
-tuner.analysis.analyze_record): the baseline first, search trials, then the ablation the
-coordinator would enqueue (tuner.ablation.plan_ablation + plan_runs: the best, the baseline
+Each study is built the way the coordinator builds one (tuner.stats.StudyRecord, the input of
+tuner.stats.analyze_record): the baseline first, search trials, then the ablation the
+coordinator would enqueue (tuner.study.plan_ablation + plan_runs: the best, the baseline
 and the next two configs re-measured, interleaved with one-knob reverts). A run's true
 throughput is its config's truth times a run-to-run factor (lognormal, 2% sd); its steps come
 from a noise family of bench/noise_families.py (rotated over studies); a config may fail
@@ -43,11 +43,14 @@ from noise_families import FAMILIES as NOISE_FAMILIES  # noqa: E402
 from noise_families import step_series  # noqa: E402
 from scipy.stats import binomtest  # noqa: E402
 
-from tuner.ablation import N_CANDIDATES, plan_ablation, plan_runs, shortlist  # noqa: E402
-from tuner.analysis import analyze_record  # noqa: E402
-from tuner.failures import config_key  # noqa: E402
-from tuner.record import StudyRecord, TrialRecord  # noqa: E402
 from tuner.spec import parse_spec  # noqa: E402
+from tuner.stats import (  # noqa: E402
+    StudyRecord,
+    TrialRecord,
+    analyze_record,  # noqa: E402
+    config_key,  # noqa: E402
+)
+from tuner.study import N_CANDIDATES, plan_ablation, plan_runs, shortlist  # noqa: E402
 
 RUN_TO_RUN_SD = 0.02
 STEPS = 8
@@ -134,7 +137,7 @@ def build_study(family: str, seed: int, noise: str) -> tuple[StudyRecord, dict[i
     for _ in range(fam["n_search"]):
         run(_sample(rng, fam))
     spec = parse_spec({"study": {"name": family}, "model": {"preset": "tiny"}, "space": fam["space"]})
-    reliable = shortlist(trials, list(fam["space"]))   # what tuner.ablation.plan_ablation_once does
+    reliable = shortlist(trials, list(fam["space"]))   # what tuner.study.plan_ablation_once does
     if reliable:
         best, base_key = reliable[0], config_key(fam["baseline"])
         cands = [p for p in reliable[1:] if config_key(p) != base_key][:N_CANDIDATES]

@@ -30,8 +30,8 @@ import optuna
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tuner.coordinator import RunOptions, run_study  # noqa: E402
 from tuner.spec import KnobSpace, load_spec  # noqa: E402
+from tuner.study import RunOptions, run_study  # noqa: E402
 
 
 def today_spec(spec):

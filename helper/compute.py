@@ -9,15 +9,10 @@ attention core only.
 
 from __future__ import annotations
 
-import math
-from typing import TYPE_CHECKING
-
 from helper.sizes import ModelShape
+from helper.step import StepPlan
 
-if TYPE_CHECKING:
-    from helper.throughput import StepPlan
-
-__all__ = ["flops_per_token", "matmul_and_attention_flops", "compute_seconds", "padded_rows"]
+__all__ = ["flops_per_token", "matmul_and_attention_flops", "compute_seconds"]
 
 # Eager attention materialises the s x s scores: per score element, forward writes the bf16
 # QK^T (2), the masked copy (2 + 2 read), the fp32 softmax (2 read + 4 write) and its bf16
@@ -98,26 +93,3 @@ def compute_seconds(plan: StepPlan, constants: dict[str, float]) -> tuple[float,
         e_att = c.get("attention_efficiency", c["compute_efficiency"]) * s / (s + c.get("attention_seq_half", 0.0))
         attention_s = plan.grad_accum * plan.attention_flops_per_micro_step / (spec.peak_flops * e_att)
     return matmul_s, attention_s
-
-
-def padded_rows(padding: str, seq_len: int, micro_batch: int, mean_tokens: float | None = None) -> tuple[int, float, float]:
-    """(computed row length, non-padding share, examples per row) of a padding mode, for
-    examples of ``mean_tokens`` tokens (helper's default length when None).
-
-    Example:
-        >>> padded_rows("max_length", 2048, 4, 256.0)
-        (2048, 0.125, 1.0)
-        >>> padded_rows("packed", 2048, 4, 256.0)
-        (2048, 1.0, 8.0)
-    """
-    from helper.throughput import DEFAULT_MEAN_TOKENS_PER_EXAMPLE, estimate_padding_efficiency
-
-    mean = min(float(DEFAULT_MEAN_TOKENS_PER_EXAMPLE if mean_tokens is None else mean_tokens), float(seq_len))
-    efficiency = estimate_padding_efficiency(padding, seq_len=seq_len, micro_batch=micro_batch,
-                                             mean_tokens_per_example=mean)
-    if padding == "packed":
-        return seq_len, 1.0, seq_len / mean
-    if padding == "longest":
-        row = min(seq_len, max(1, math.ceil(mean / efficiency)))
-        return row, mean / row, 1.0
-    return seq_len, efficiency, 1.0

@@ -33,9 +33,9 @@ from scipy.optimize import least_squares
 from helper.calibration import CONSTANTS, PRIORS, SCHEMA_VERSION, load_calibration, resolve_constants
 from helper.collectives import UnsupportedCollective
 from helper.layouts import Layout, LayoutStepPlan, layout_speed_ratio
+from helper.measurements import measurement_plan
 from helper.noise import estimate_noise_rel
-from helper.sizes import parse_model_size
-from helper.throughput import StepPlan, plan_step, step_time_breakdown
+from helper.throughput import StepPlan, step_time_breakdown
 
 __all__ = ["fit_calibration", "measurement_plan", "KNOBS_REPORTED"]
 
@@ -44,47 +44,6 @@ KNOBS_REPORTED = ("nccl_algo", "nccl_proto", "num_workers", "prefetch_factor", "
 _STARTUP = ("startup_fixed_s", "model_init_s_per_gparam")
 _FITTED = tuple(k for k, spec in CONSTANTS.items() if k not in _STARTUP and spec.fitted)
 _PADDING_PRIOR = 0.5  # unknown share of real tokens; logit-scale prior sigma 2 (very weak)
-
-
-def measurement_plan(m: dict[str, Any]) -> tuple[StepPlan, str | None]:
-    """A measurement dict -> (StepPlan, nuisance padding key or None).
-
-    Keys: ``model_size`` or ``preset``; ``gpu``; ``gpu_count``; optional ``gpus_per_node``
-    (default min(8, gpu_count)), ``seq_len`` (2048), ``micro_batch`` (1), ``grad_accum`` (1),
-    ``activation_checkpointing`` (False), ``nccl_algo``/``nccl_proto`` (default),
-    ``num_workers`` (0, PyTorch's default), ``prefetch_factor``, ``sharding`` (zero3),
-    ``reshard_after_forward`` (True), ``padding_efficiency`` or ``padding`` (packed / none =
-    1.0), ``examples_per_sequence`` (1.0); the target ``tokens_per_sec_per_gpu``.
-    ``fit_calibration`` also reads ``layout`` (``{"dp_shard", "dp_replicate", "tp"}``) for an
-    HSDP/TP trial: predicted as FSDP x :func:`helper.layouts.layout_speed_ratio`.
-    """
-    model = m.get("model_size", m.get("preset"))
-    if model is None:
-        raise ValueError("measurement needs `model_size` or `preset`")
-    for key in ("gpu", "gpu_count"):
-        if key not in m:
-            raise ValueError(f"measurement needs `{key}`")
-    n = int(m["gpu_count"])
-    pad_eff = m.get("padding_efficiency")
-    pad_key = None
-    if pad_eff is None:
-        mode = m.get("padding")
-        if mode not in (None, "packed"):
-            pad_key = f"padding_efficiency_{mode}"
-        pad_eff = 1.0
-    plan = plan_step(
-        parse_model_size(model), n, gpu=m["gpu"], seq_len=int(m.get("seq_len", 2048)),
-        micro_batch=int(m.get("micro_batch", 1)), grad_accum=int(m.get("grad_accum", 1)),
-        activation_checkpointing=m.get("activation_checkpointing", False),
-        attention=str(m.get("attention", "sdpa")),
-        gpus_per_node=int(m.get("gpus_per_node") or min(8, n)),
-        nccl_algo=m.get("nccl_algo", "default"), nccl_proto=m.get("nccl_proto", "default"),
-        num_workers=int(m.get("num_workers", 0)), prefetch_factor=m.get("prefetch_factor"),
-        sharding=m.get("sharding", "zero3"), padding_efficiency=float(pad_eff),
-        examples_per_sequence=float(m.get("examples_per_sequence", 1.0)),
-        reshard_after_forward=bool(m.get("reshard_after_forward", True)),
-        reduce_scatter_every_micro_step=bool(m.get("reduce_scatter_every_micro_step", False)))
-    return plan, pad_key
 
 
 def _encode(name: str, value: float) -> float:

@@ -27,12 +27,12 @@ All functions are pure arithmetic over plain numbers.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 from helper.collectives import CollectiveChoice, choose_collective, collective_time_s
 from helper.gpus import GpuSpec, get_gpu
 from helper.memory import FRAGMENTATION_ALLOWANCE, activation_memory_gb, estimate_memory
+from helper.mesh import Layout
 from helper.sizes import ModelShape, parse_model_size
 from helper.throughput import compute_seconds, flops_per_token, plan_step
 
@@ -42,54 +42,6 @@ __all__ = ["Layout", "LayoutStepPlan", "layout_speed_ratio", "candidate_layouts"
 
 _ADAM_BYTES_PER_PARAM = 28.0  # as helper.throughput: fp32 reads param, grad, m, v; writes param, m, v
 _REDUCE_BYTES = 4  # fp32 gradient reduction (torchtitan's default reduce dtype)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Layout:
-    """How ``gpu_count`` GPUs split the work: data (sharded, replicated), tensor, pipeline."""
-
-    dp_shard: int
-    """GPUs that shard weights, gradients and optimizer state (FSDP)."""
-    dp_replicate: int = 1
-    """Replicas of those shards (HSDP across nodes); 1 = plain FSDP."""
-    tp: int = 1
-    """Tensor-parallel degree (inside a node)."""
-    pp: int = 1
-    """Pipeline stages (1F1B)."""
-
-    @property
-    def gpu_count(self) -> int:
-        return self.dp_shard * self.dp_replicate * self.tp * self.pp
-
-    @property
-    def dp(self) -> int:
-        """Data-parallel degree: model replicas that each see their own micro-batches."""
-        return self.dp_shard * self.dp_replicate
-
-    @property
-    def name(self) -> str:
-        """``fsdp``, ``hsdp``, ``fsdp+tp4``, ``pp2+fsdp``, ``pp2+fsdp+tp8`` (3-D)."""
-        base = "hsdp" if self.dp_replicate > 1 else "fsdp"
-        parts = ([f"pp{self.pp}"] if self.pp > 1 else []) + [base] + ([f"tp{self.tp}"] if self.tp > 1 else [])
-        return "+".join(parts)
-
-    def workload_knobs(self) -> dict[str, Any]:
-        """The trial workload's knobs for this layout (tuner/knobs.py: ``sharding``,
-        ``shard_group_size``, ``tp_degree``); ``pp_degree`` names the pipeline stages, which the
-        workload does not run (yet): a tuner proxy measures without it and says so.
-
-        Example:
-            >>> Layout(dp_shard=4, dp_replicate=4, tp=2).workload_knobs()
-            {'sharding': 'hybrid_shard', 'shard_group_size': 4, 'tp_degree': 2}
-        """
-        knobs: dict[str, Any] = {"sharding": "hybrid_shard" if self.dp_replicate > 1 else "full_shard"}
-        if self.dp_replicate > 1:
-            knobs["shard_group_size"] = self.dp_shard
-        if self.tp > 1:
-            knobs["tp_degree"] = self.tp
-        if self.pp > 1:
-            knobs["pp_degree"] = self.pp
-        return knobs
 
 
 def candidate_layouts(gpu_count: int, gpus_per_node: int, n_layers: int) -> list[Layout]:

@@ -1,7 +1,7 @@
 """Peak memory per GPU from the implementation: PyTorch's FSDP2 memory tracker on fake tensors.
 
-The trial's own model (``objectives.models.llama_config``: Hugging Face Llama, SDPA or eager
-attention) is built under ``FakeTensorMode`` (no storage), wrapped as the trial wraps it
+The trial's own model (``helper.presets.llama_config``, the config objectives.models builds:
+Hugging Face Llama, SDPA or eager attention) is built under ``FakeTensorMode`` (no storage), wrapped as the trial wraps it
 (``checkpoint_wrapper`` per block when checkpointing, ``fully_shard`` per block then the root,
 bf16 params with fp32 reduction), and two training steps run on a ``fake`` process group of
 ``gpu_count`` ranks on CPU. ``torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker``
@@ -42,8 +42,7 @@ def _run(arch_key: tuple, gpu_count: int, micro_batch: int, seq_len: int,
     from torch.testing._internal.distributed.fake_pg import FakeStore
     from transformers import AutoModelForCausalLM
 
-    from helper.presets import ModelArch
-    from objectives.models import llama_config
+    from helper.presets import ModelArch, llama_config
 
     arch = ModelArch(**dict(arch_key))
     if dist.is_initialized():

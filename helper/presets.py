@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ModelArch", "MODEL_PRESETS", "REFERENCE_ARCHS", "get_preset"]
+__all__ = ["ModelArch", "MODEL_PRESETS", "REFERENCE_ARCHS", "get_preset", "llama_config", "INIT_STD"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,3 +110,28 @@ def get_preset(name: str) -> ModelArch:
         raise KeyError(
             f"unknown model preset {name!r}; known: {', '.join(MODEL_PRESETS)}"
         ) from None
+
+
+INIT_STD = 0.02
+"""Std of the normal init of matrices and embeddings: HF LlamaConfig.initializer_range."""
+
+
+def llama_config(arch: ModelArch, *, seq_len: int, vocab_size: int | None = None):
+    """A `transformers` LlamaConfig for ``arch``; the vocabulary grows to fit a tokenizer.
+
+    ``transformers`` is imported here, on first use: ``import helper`` stays light. The trial
+    workload (objectives.models) and the memory tracer (helper.memory_trace) build the same model.
+
+    Example:
+        >>> llama_config(get_preset("tiny"), seq_len=128).num_hidden_layers
+        2
+    """
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=max(arch.vocab, vocab_size or 0), hidden_size=arch.hidden,
+        intermediate_size=arch.intermediate, num_hidden_layers=arch.n_layers,
+        num_attention_heads=arch.n_heads, num_key_value_heads=arch.n_kv_heads,
+        max_position_embeddings=max(arch.max_seq_len, seq_len),
+        tie_word_embeddings=False,  # Llama 2/3 untie them; helper's n_params assumes so
+        initializer_range=INIT_STD, use_cache=False)

@@ -31,7 +31,6 @@ grad_accum / step_time_s``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,16 +39,14 @@ from helper.collectives import PRIOR_FACTORS, CollectiveChoice, _raw_time_s, cho
 from helper.compute import compute_seconds, flops_per_token, matmul_and_attention_flops
 from helper.gpus import GpuSpec, get_gpu
 from helper.memory import estimate_memory, normalize_checkpointing, normalize_sharding
+from helper.padding import DEFAULT_MEAN_TOKENS_PER_EXAMPLE, estimate_padding_efficiency
 from helper.sizes import ModelShape, parse_model_size
+from helper.step import StepPlan
 
 __all__ = ["Prediction", "StepPlan", "plan_step", "step_time_breakdown", "predict_step_time",
            "predict_throughput", "flops_per_token", "matmul_and_attention_flops", "compute_seconds",
            "estimate_padding_efficiency",
            "estimate_startup_seconds", "DEFAULT_MEAN_TOKENS_PER_EXAMPLE"]
-
-DEFAULT_MEAN_TOKENS_PER_EXAMPLE = 256
-"""Assumed mean tokens per example (prompt template + instruction + response of Alpaca-style
-data with a Llama tokenizer is a few hundred tokens). An assumption: pass your data's mean."""
 
 _ADAM_BYTES_PER_PARAM = 28.0  # fp32 reads: param, grad, m, v; writes: param, m, v
 
@@ -74,80 +71,6 @@ class Prediction(float):
 
     def __reduce__(self):  # pickles (and deep-copies) as a plain float
         return (float, (float(self),))
-
-
-def estimate_padding_efficiency(padding: str, *, seq_len: int,
-                                mean_tokens_per_example: float = DEFAULT_MEAN_TOKENS_PER_EXAMPLE,
-                                micro_batch: int = 1, length_cv: float = 0.5) -> float:
-    """Share of computed tokens that are real for a padding mode of the objective.
-
-    ``packed`` fills every row (1.0); ``max_length`` pads every row to ``seq_len``;
-    ``longest`` pads to the longest of the micro-batch, whose expected length we take as
-    ``mean x (1 + cv x sqrt(2 ln b))`` (the expected maximum of b normal draws), capped at
-    ``seq_len``. Example lengths are assumed to have coefficient of variation ``length_cv``.
-
-    Example:
-        >>> estimate_padding_efficiency("max_length", seq_len=2048)
-        0.125
-    """
-    mean = min(float(mean_tokens_per_example), float(seq_len))
-    mode = str(padding).lower()
-    if mode == "packed":
-        return 1.0
-    if mode == "max_length":
-        return mean / seq_len
-    if mode == "longest":
-        spread = length_cv * math.sqrt(2 * math.log(micro_batch)) if micro_batch > 1 else 0.0
-        return mean / min(float(seq_len), mean * (1 + spread))
-    raise ValueError(f"unknown padding {padding!r}; one of packed, max_length, longest")
-
-
-@dataclass(frozen=True, kw_only=True)
-class StepPlan:
-    """Everything about one configuration that does not depend on the calibration."""
-
-    shape: ModelShape
-    """Model size and architecture."""
-    gpu: GpuSpec
-    """Accelerator."""
-    gpu_count: int
-    """World size."""
-    nodes: int
-    """Nodes = ceil(gpu_count / gpus_per_node)."""
-    gpus_per_node: int
-    """GPUs per node actually used (at most gpu_count)."""
-    seq_len: int
-    """Tokens per row."""
-    micro_batch: int
-    """Rows per GPU per micro-step."""
-    grad_accum: int
-    """Micro-steps per optimizer step."""
-    sharding: str
-    """ddp, zero1, zero2, zero3."""
-    activation_checkpointing: bool
-    """Any recomputation (``checkpointing`` says which)."""
-    checkpointing: str = "none"
-    """``none``, ``selective`` or ``full``."""
-    attention: str = "sdpa"
-    """``sdpa`` (flash / memory-efficient kernels) or ``eager`` (materialised scores)."""
-    matmul_flops_per_micro_step: float = 0.0
-    """FLOPs of the weight matmuls of one micro-batch on one GPU (recompute included)."""
-    attention_flops_per_micro_step: float = 0.0
-    """FLOPs of the attention scores of one micro-batch (causal half; recompute included)."""
-    padding_efficiency: float
-    """Non-padding share of the computed tokens."""
-    examples_per_sequence: float
-    """Examples tokenised per row (1 when padded; seq_len / mean length when packed)."""
-    num_workers: int
-    """DataLoader workers per GPU."""
-    prefetch_factor: int | None
-    """Batches each worker keeps ready (no steady-state effect in this model)."""
-    flops_per_micro_step: float
-    """Training FLOPs of one micro-batch on one GPU."""
-    optimizer_bytes: float
-    """HBM bytes the optimizer step touches on one GPU."""
-    collectives: tuple[tuple[str, float, float, CollectiveChoice], ...]
-    """(collective, buffer bytes, count per optimizer step, algorithm/protocol)."""
 
 
 def plan_step(model_size: float | int | str | ModelShape, gpu_count: int, *,

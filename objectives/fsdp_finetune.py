@@ -28,11 +28,12 @@ from dataclasses import dataclass
 from typing import Any
 
 # Layouts and checkpoints: their own modules (torch imported lazily inside).
+from objectives import resident
 from objectives.checkpoint import Checkpointer
 
 # Peak memory, process age, peak FLOPs and FLOPs per token: objectives.metrics.
 from objectives.metrics import model_flops_per_token, peak_flops_for, peak_memory_gib, process_age_s
-from objectives.parallel import build_mesh, build_parallel_model, gpus_per_node_from_env, plan_layout
+from objectives.parallel import build_mesh, build_parallel_model, describe_layout, gpus_per_node_from_env, plan_layout
 
 # The trial config: parsed and validated in objectives.trial_config, re-exported here.
 from objectives.trial_config import Knobs, TrialConfig, load_config, parse_config
@@ -208,7 +209,7 @@ def run_trial(config: TrialConfig, writer: ResultWriter) -> dict[str, Any]:
     mesh = build_mesh(layout, device.type)
 
     # ---- data: tokenization happens in the DataLoader workers
-    tokenizer, loader = build_data(config, rank=layout.dp_rank(rank), world_size=layout.dp_size,
+    tokenizer, loader = build_data(config, rank=layout.dp_rank(rank), world_size=layout.dp,
                                    pin_memory=device.type == "cuda", broadcast=broadcast_from_rank0)
 
     # ---- model: built on meta, sharded, then materialised; AdamW over the shards
@@ -304,7 +305,7 @@ def measure_trial(config: TrialConfig, writer: ResultWriter, *, model, dtype, lo
         "startup_seconds": startup_s, "mfu": mfu, "mfu_peak_flops": peak_flops, "device": device_name,
         "dtype": str(dtype).removeprefix("torch."), "n_params": n_params,
         "knobs": dict(knobs), "launch_params": config.launch_params,
-        "layout": layout.describe(), "checkpoint": ckpt.summary() if ckpt else None,
+        "layout": describe_layout(layout, config.knobs), "checkpoint": ckpt.summary() if ckpt else None,
         "nccl_env": {var: os.environ.get(var) for var in NCCL_ENV_VARS},
         "torch_version": torch.__version__, **(extra or {}),
     })
@@ -336,9 +337,7 @@ def main() -> int:
     # writes no protocol line; its threads' Python stacks in the job's log say where it was.
     faulthandler.enable(all_threads=True)
     if os.environ.get(protocol.WORKER_ENV):  # resident mode: several configs in one process group
-        from objectives.resident import main as resident_main
-
-        return resident_main()
+        return resident.main(sys.modules[__name__])
     rank = int(os.environ.get("RANK", "0"))
     writer = ResultWriter(os.environ.get(protocol.RESULT_ENV), enabled=rank == 0)
     # Workers tokenize one text at a time; the Rust pool only adds a fork warning.

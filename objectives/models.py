@@ -19,38 +19,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from helper.presets import ModelArch, get_preset
+from helper.presets import INIT_STD, get_preset, llama_config
 
-__all__ = ["llama_config", "build_model", "transformer_blocks", "materialize", "load_pretrained",
+__all__ = ["llama_config", "INIT_STD", "build_model", "transformer_blocks", "materialize", "load_pretrained",
            "count_params", "model_config"]
-
-INIT_STD = 0.02
-"""Std of the normal init of matrices and embeddings: HF LlamaConfig.initializer_range."""
-
-
-def llama_config(arch: ModelArch, *, seq_len: int, vocab_size: int | None = None):
-    """A `transformers` LlamaConfig for ``arch``; the vocabulary grows to fit a tokenizer.
-
-    Example:
-        >>> from helper.presets import get_preset
-        >>> llama_config(get_preset("tiny"), seq_len=128).num_hidden_layers
-        2
-    """
-    from transformers import LlamaConfig
-
-    return LlamaConfig(
-        vocab_size=max(arch.vocab, vocab_size or 0), hidden_size=arch.hidden,
-        intermediate_size=arch.intermediate, num_hidden_layers=arch.n_layers,
-        num_attention_heads=arch.n_heads, num_key_value_heads=arch.n_kv_heads,
-        max_position_embeddings=max(arch.max_seq_len, seq_len),
-        tie_word_embeddings=False,  # Llama 2/3 untie them; helper's n_params assumes so
-        initializer_range=INIT_STD, use_cache=False)
-
 
 def model_config(model_cfg: Mapping[str, Any], *, vocab_size: int | None = None):
     """The `transformers` config of the spec's [model] section: a checkpoint's config.json
     (``path``, a local folder or a hub name) or a preset's LlamaConfig. Reads no weights, so
-    the coordinator's preflight (tuner.preflight) calls it before any trial.
+    the coordinator's preflight (tuner.study) calls it before any trial.
 
     Raises:
         ValueError: neither a path nor a known preset; a tokenizer larger than the

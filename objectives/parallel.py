@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from helper.mesh import MESH_DIMS, Layout
 from tuner import knobs as catalogue
 from tuner.errors import TrialConfigError
-from tuner.layout_rules import hsdp_shard_size
 
-__all__ = ["Layout", "plan_layout", "build_mesh", "apply_tensor_parallel", "build_parallel_model",
+__all__ = ["plan_layout", "describe_layout", "build_mesh", "apply_tensor_parallel", "build_parallel_model",
            "TP_PLAN"]
 
 TP_PLAN = {"self_attn.q_proj": "colwise", "self_attn.k_proj": "colwise", "self_attn.v_proj": "colwise",
@@ -41,72 +40,28 @@ TP_PLAN = {"self_attn.q_proj": "colwise", "self_attn.k_proj": "colwise", "self_a
 without sequence parallelism: norms stay replicated)."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class Layout:
-    """Sizes of the mesh's dimensions (their product is the world size)."""
-
-    sharding: str
-    """The `sharding` knob: full_shard, shard_grad_op or hybrid_shard."""
-    reshard_after_forward: bool
-    """FSDP2's reshard_after_forward."""
-    replicate: int
-    """Data-parallel replicas of the sharded model (HSDP's outer dimension; 1 otherwise)."""
-    shard: int
-    """Ranks one FSDP2 shard group spans."""
-    tp: int
-    """Tensor-parallel degree."""
-
-    @property
-    def world_size(self) -> int:
-        return self.replicate * self.shard * self.tp
-
-    @property
-    def dp_size(self) -> int:
-        """Data-parallel ranks: how many different batches a step reads."""
-        return self.replicate * self.shard
-
-    @property
-    def mesh_shape(self) -> tuple[int, ...]:
-        return (self.replicate, self.shard, self.tp)
-
-    def dp_rank(self, rank: int) -> int:
-        """The data-parallel index of global ``rank`` (TP ranks are the innermost dimension)."""
-        return rank // self.tp
-
-    def describe(self) -> dict[str, Any]:
-        """The summary's ``layout`` entry."""
-        return {"sharding": self.sharding, "reshard_after_forward": self.reshard_after_forward,
-                "mesh": list(self.mesh_shape), "mesh_dims": ["dp_replicate", "dp_shard", "tp"],
-                "tp_degree": self.tp, "dp_size": self.dp_size, "shard_group_size": self.shard}
-
-
 def plan_layout(knobs: Mapping[str, Any], *, world_size: int, gpus_per_node: int) -> Layout:
-    """The mesh for resolved knob values on ``world_size`` ranks.
+    """The mesh for resolved knob values on ``world_size`` ranks (helper.mesh.Layout, the one
+    layout type: the spec refuses what a cluster cannot hold at load; this is the workload's own
+    guard).
 
     Raises:
-        ValueError: a combination the world cannot hold (the spec refuses these at load;
-            this is the workload's own guard).
+        ValueError: a combination the world cannot hold, naming the factor.
 
     Example:
         >>> plan_layout({"sharding": "hybrid_shard", "tp_degree": 1, "shard_group_size": 2},
         ...             world_size=4, gpus_per_node=4).mesh_shape
         (2, 2, 1)
     """
-    tp = int(knobs.get("tp_degree") or 1)
-    if world_size % tp:
-        raise ValueError(f"tp_degree {tp} does not divide the world size {world_size}")
-    dp = world_size // tp
-    sharding = knobs.get("sharding", catalogue.KNOBS["sharding"].default)
-    shard = dp
-    if sharding == "hybrid_shard":
-        shard = hsdp_shard_size(knobs.get("shard_group_size") or 0, gpus_per_node=gpus_per_node, tp_degree=tp)
-        if shard < 1 or dp % shard:
-            raise ValueError(f"HSDP shard group size {shard} does not divide the {dp} data-parallel ranks")
-    return Layout(sharding=sharding, reshard_after_forward=catalogue.fsdp_reshard_after_forward(knobs),
-                  replicate=dp // shard, shard=shard, tp=tp)
+    return Layout.from_knobs(knobs, world_size=world_size, gpus_per_node=gpus_per_node)
 
 
-MESH_DIMS = ("dp_replicate", "dp_shard", "tp")
+def describe_layout(layout: Layout, knobs: Mapping[str, Any]) -> dict[str, Any]:
+    """The summary's ``layout`` entry for a trial run with ``knobs`` on ``layout``."""
+    return {"sharding": knobs.get("sharding", catalogue.KNOBS["sharding"].default),
+            "reshard_after_forward": catalogue.fsdp_reshard_after_forward(knobs),
+            "mesh": list(layout.mesh_shape), "mesh_dims": list(MESH_DIMS),
+            "tp_degree": layout.tp, "dp_size": layout.dp, "shard_group_size": layout.dp_shard}
 
 
 def build_mesh(layout: Layout, device_type: str, group=None):
@@ -172,10 +127,12 @@ def build_parallel_model(config, layout: Layout, mesh, *, vocab_size: int, devic
     mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
     # HSDP: a 2-D mesh (replicate, shard) makes fully_shard shard on the inner dimension and
     # all-reduce across the outer one; otherwise a 1-D mesh over every data-parallel rank.
-    dp_mesh = mesh["dp_replicate", "dp_shard"] if layout.sharding == "hybrid_shard" else mesh["dp_shard"]
+    hybrid = config.knobs.sharding == "hybrid_shard"
+    dp_mesh = mesh["dp_replicate", "dp_shard"] if hybrid else mesh["dp_shard"]
+    reshard = catalogue.fsdp_reshard_after_forward(config.knobs)
     for block in transformer_blocks(model):
-        fully_shard(block, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=layout.reshard_after_forward)
-    fully_shard(model, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=layout.reshard_after_forward)
+        fully_shard(block, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=reshard)
+    fully_shard(model, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=reshard)
     materialize(model, device, seed=config.seed)
     if layout.tp > 1:
         _same_across_tp(model, mesh["tp"])

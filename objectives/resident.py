@@ -4,7 +4,8 @@ interpreter, imports, rendezvous, data set-up and model build once.
     TUNER_WORKER_DIR=dir TUNER_TRIAL_CONFIG=trial.json TUNER_RESULT_FILE=result.jsonl \\
         torchrun --standalone --nproc_per_node N -m objectives.fsdp_finetune
 
-(objectives.fsdp_finetune hands over to :func:`main` when TUNER_WORKER_DIR is set.) Job 0 is
+(objectives.fsdp_finetune hands over to :func:`main` when TUNER_WORKER_DIR is set, passing
+itself as the :class:`Workload` whose functions build and measure each config.) Job 0 is
 the config it was started with; then every rank polls the folder for ``job-00001.json``,
 ... (tuner.protocol.write_job) until a stop job, or no job for TUNER_WORKER_IDLE_S seconds.
 Every job's result file gets the cold trial's lines, then ``job_end``.
@@ -40,26 +41,43 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from objectives import fsdp_finetune as trial
 from objectives.parallel import build_mesh, gpus_per_node_from_env, plan_layout
 from objectives.trial_config import TrialConfig, load_config
 from tuner import knobs as catalogue
 from tuner import protocol
 from tuner.errors import TrialConfigError
 
-__all__ = ["ResidentWorker", "main", "POLL_S"]
+__all__ = ["ResidentWorker", "Workload", "main", "POLL_S"]
 
 POLL_S = 0.02  # how often an idle rank looks for its next job file
 AGREE_S = 30.0  # how long a failed rank waits for its peers to report the same config's end
 _SECTIONS = ("model", "data", "cluster")  # a change of these rebuilds everything (not within one study)
 
 
+class Workload(Protocol):
+    """What a resident worker needs of a trial workload (objectives.fsdp_finetune has it all):
+    the functions a cold trial runs, called once per config here."""
+
+    NCCL_ENV_VARS: tuple[str, ...]
+    CONFIG_ERROR_GRACE_S: float
+
+    def trial_device(self, config: TrialConfig) -> Any: ...
+    def init_distributed(self, backend: str) -> None: ...
+    def build_data(self, config: TrialConfig, *, rank: int, world_size: int, **kw: Any) -> Any: ...
+    def build_loader(self, config: TrialConfig, examples: Any, tokenizer: Any, *, rank: int, world_size: int,
+                     **kw: Any) -> Any: ...
+    def build_sharded_model(self, config: TrialConfig, *, vocab_size: int, device: Any, **kw: Any) -> Any: ...
+    def measure_trial(self, config: TrialConfig, writer: protocol.ResultWriter, **kw: Any) -> dict[str, Any]: ...
+    def error_event(self, exc: BaseException, *, rank: int) -> dict[str, Any]: ...
+
+
 class ResidentWorker:
     """What a rank keeps between configs: data, tokenizer, process group, model."""
 
-    def __init__(self) -> None:
+    def __init__(self, trial: Workload) -> None:
+        self.trial = trial
         self.config: TrialConfig | None = None
         self.raw: dict[str, Any] | None = None
         self.examples = self.tokenizer = self.model = self.dtype = None
@@ -87,14 +105,14 @@ class ResidentWorker:
             warm_warmup = int((raw.get("trial") or {}).get("warm_warmup_steps", config.warmup_steps))
             config = dataclasses.replace(config, warmup_steps=min(config.warmup_steps, warm_warmup))
         rebuild = catalogue.RECONFIGURE.index(level)
-        device, _ = trial.trial_device(config)
+        device, _ = self.trial.trial_device(config)
         rank, world = dist.get_rank(), dist.get_world_size()
         self._free(device, drop_model=rebuild >= catalogue.RECONFIGURE.index("model"))
 
         # ---- communicators: the environment first, then a group whose communicators read it
         if job > 0 and rebuild >= catalogue.RECONFIGURE.index("communicators"):
             env = catalogue.environment(config.launch_params, os.environ)
-            for var in trial.NCCL_ENV_VARS:  # set, or unset for `default`, as the launcher does
+            for var in self.trial.NCCL_ENV_VARS:  # set, or unset for `default`, as the launcher does
                 if var in env:
                     os.environ[var] = env[var]
                 else:
@@ -115,20 +133,20 @@ class ResidentWorker:
         if self.examples is None or level == "process":
             from objectives.data import load_examples
 
-            self.tokenizer, _ = trial.build_data(config, rank=layout.dp_rank(rank), world_size=layout.dp_size,
+            self.tokenizer, _ = self.trial.build_data(config, rank=layout.dp_rank(rank), world_size=layout.dp,
                                                  broadcast=self._broadcast)
             self.examples = load_examples(config.data)
-        loader = trial.build_loader(config, self.examples, self.tokenizer, rank=layout.dp_rank(rank),
-                                    world_size=layout.dp_size,
+        loader = self.trial.build_loader(config, self.examples, self.tokenizer, rank=layout.dp_rank(rank),
+                                    world_size=layout.dp,
                                     pin_memory=device.type == "cuda")
 
         # ---- model: rebuilt from meta-device init only when the change needs it
         if self.model is None:
-            self.model, self.dtype = trial.build_sharded_model(config, vocab_size=self.tokenizer.vocab_size,
+            self.model, self.dtype = self.trial.build_sharded_model(config, vocab_size=self.tokenizer.vocab_size,
                                                                device=device, layout=layout, mesh=self.mesh)
         self.config, self.raw = config, raw
         self.jobs += 1
-        return trial.measure_trial(config, writer, model=self.model, dtype=self.dtype, loader=loader,
+        return self.trial.measure_trial(config, writer, model=self.model, dtype=self.dtype, loader=loader,
                                    layout=layout, group=self.group, setup_started=None if job == 0 else started,
                                    extra={"resident": {"job": job, "reconfigured": level if job else "process",
                                                        "worker_trial": self.jobs,
@@ -191,7 +209,8 @@ def _next_job(worker_dir: str, job: int, idle_s: float) -> dict[str, Any] | None
     return None
 
 
-def main() -> int:
+def main(trial: Workload) -> int:
+    """Serve configs until a stop job or the idle timeout, building and measuring each with ``trial``."""
     import json
 
     rank = int(os.environ.get("RANK", "0"))
@@ -209,7 +228,7 @@ def main() -> int:
 
         if rank == 0:
             protocol.announce_worker(worker_dir, pid=os.getpid(), world_size=dist.get_world_size())
-        worker, job = ResidentWorker(), 0
+        worker, job = ResidentWorker(trial), 0
         world = dist.get_world_size()
         while True:
             raw = json.loads(Path(config_path).read_text())
@@ -251,7 +270,3 @@ def main() -> int:
             writer.emit(trial.error_event(exc, rank=rank))
         sys.stdout.flush()
         os._exit(1)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -23,7 +23,7 @@ from typing import Any
 
 from tuner import knobs as catalogue
 from tuner.errors import TrialConfigError
-from tuner.spec_sections import DTYPES  # fp16 runs without a loss scaler: a few steps' numbers don't matter for speed
+from tuner.protocol import DTYPES  # fp16 runs without a loss scaler: a few steps' numbers don't matter for speed
 
 __all__ = ["Knobs", "TrialConfig", "TrialConfigError", "parse_config", "load_config", "LAUNCH_KNOB_PREFIX", "DTYPES"]
 

@@ -8,15 +8,13 @@ from optuna.trial import TrialState
 from spine_helpers import fast_spec
 from test_coordinator import FakeLauncher
 
-from tuner.analysis import analyze_study
 from tuner.budget import ledger_from_trials
-from tuner.coordinator import RunOptions, run_study
-from tuner.heartbeat import Heartbeat
 from tuner.launch import Launcher, TrialResult
-from tuner.optuna_internals import rdb_storage, trial_id
 from tuner.report import render_recipe
-from tuner.space import suggest_params
-from tuner.study import open_study
+from tuner.search import suggest_params
+from tuner.stats import analyze_study
+from tuner.storage import rdb_storage, trial_id
+from tuner.study import Heartbeat, RunOptions, open_study, run_study
 
 
 class CostlyThird(Launcher):

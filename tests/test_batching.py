@@ -1,11 +1,19 @@
-"""tuner.batching: warm-aware cost estimates, set-up seconds by reconfiguration, reuse order."""
+"""tuner.budget: warm-aware cost estimates, set-up seconds by reconfiguration, reuse order."""
 
 from types import SimpleNamespace
 
 import pytest
 
-from tuner.batching import DATA_LOADER_S, Cost, cap_basis, costs_from_trials, estimate_cost, reuse_order, setup_seconds
-from tuner.budget import estimate_trial_cost
+from tuner.budget import (
+    DATA_LOADER_S,
+    Cost,
+    cap_basis,
+    costs_from_trials,
+    estimate_cost,
+    estimate_trial_cost,
+    reuse_order,
+    setup_seconds,
+)
 
 
 def test_no_trial_yet_uses_the_first_estimate():
@@ -80,7 +88,7 @@ def test_reuse_order_runs_light_changes_first():
 
 
 def test_the_worker_after_a_trial():
-    from tuner.batching import Worker, worker_after
+    from tuner.budget import Worker, worker_after
 
     up = Worker(params={"micro_batch": 2})
     fresh = worker_after(None, {"micro_batch": 4}, {"warm": False, "status": "ok", "gpu_seconds": 64.0,
@@ -100,7 +108,7 @@ def test_the_worker_after_a_trial():
 
 
 def test_switch_level_from_the_workers_last_config():
-    from tuner.batching import Worker, switch_level
+    from tuner.budget import Worker, switch_level
 
     w = Worker(params={"micro_batch": 1, "nccl_algo": "Ring"})
     assert switch_level(w, {"micro_batch": 4, "nccl_algo": "Ring"}) == "none"
@@ -111,7 +119,7 @@ def test_switch_level_from_the_workers_last_config():
 
 
 def test_set_up_seconds_are_measured_where_the_study_has_them():
-    from tuner.batching import setup_seconds_by_level
+    from tuner.budget import setup_seconds_by_level
 
     def trial(**attrs):
         return SimpleNamespace(user_attrs=attrs)

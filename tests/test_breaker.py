@@ -10,10 +10,9 @@ import optuna
 import pytest
 from spine_helpers import fast_spec
 
-from tuner.breaker import CircuitBreaker, signature
-from tuner.coordinator import RunOptions, run_study
 from tuner.errors import CircuitBreakerError
 from tuner.launch import Launcher, TrialResult
+from tuner.study import CircuitBreaker, RunOptions, run_study, signature
 
 
 class SameErrorLauncher(Launcher):

@@ -23,7 +23,7 @@ import yaml
 from pg import expand, free_port, pg_available, sleep_launcher
 from spine_helpers import fast_spec
 
-from tuner.coordinator import RunOptions, run_study
+from tuner.study import RunOptions, run_study
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from tuner.configs import config_estimate, holm, ratio_estimate, run_to_run_variance
+from tuner.stats import config_estimate, holm, ratio_estimate, run_to_run_variance
 
 
 def test_run_to_run_variance_is_recovered_from_repeated_configs():

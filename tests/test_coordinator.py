@@ -11,16 +11,13 @@ import pytest
 from optuna.trial import TrialState
 from spine_helpers import fast_spec
 
-from tuner.ablation import plan_ablation
-from tuner.analysis import analyze_record
-from tuner.coordinator import RunOptions, run_study
 from tuner.errors import StudyConflictError
 from tuner.launch import Launcher, TrialResult
-from tuner.optuna_internals import trial_id
-from tuner.record import study_record
-from tuner.space import complete_params, suggest_params
-from tuner.storage import open_storage
-from tuner.study import enqueue_lost_retries, load_existing_study, open_study, retry_once
+from tuner.search import suggest_params
+from tuner.spec import complete_params
+from tuner.stats import analyze_record, study_record
+from tuner.storage import open_storage, trial_id
+from tuner.study import RunOptions, enqueue_lost_retries, load_existing_study, open_study, plan_ablation, retry_once, run_study
 
 
 class FakeLauncher(Launcher):
@@ -58,8 +55,8 @@ def test_study_record_budget_and_baseline(tmp_path, storage_url):
     spec = fast_spec(tmp_path)
     summary = run_study(spec, options(storage_url, tmp_path, budget_gpu_seconds=95.0), launcher=FakeLauncher(spec))
     study = load(storage_url)
-    # configs screened out before launch (tuner.screening: here micro_batch 4 after its OOM) and a
-    # sampler's exact repeats (tuner.repeats) are never launched: FAIL `pruned` / `repeat` at 0 GPU-s
+    # configs screened out before launch (tuner.search: here micro_batch 4 after its OOM) and a
+    # sampler's exact repeats (tuner.search) are never launched: FAIL `pruned` / `repeat` at 0 GPU-s
     trials = [t for t in study.get_trials() if t.user_attrs.get("status") not in ("pruned", "repeat")]
     assert trials[0].user_attrs["role"] == "baseline"
     assert trials[0].params == {"micro_batch": 1, "padding": "max_length", "nccl_algo": "default"}
@@ -169,7 +166,7 @@ def test_ablation_after_search(tmp_path, storage_url):
     best = max((t for t in search if t.user_attrs["status"] == "ok"), key=lambda t: t.value)
     assert ablation[0].params == best.params and "ablation_knob" not in ablation[0].user_attrs
     base = study.trials[0].params
-    # the baseline is re-measured right after the best (run-to-run variation, tuner.ablation)
+    # the baseline is re-measured right after the best (run-to-run variation, tuner.study)
     assert ablation[1].params == base and ablation[1].user_attrs["remeasure"] == "baseline"
     reverts = [t for t in ablation if "ablation_knob" in t.user_attrs]
     for t in reverts:
@@ -193,7 +190,7 @@ class BaselineFailsLauncher(FakeLauncher):
 
 def test_a_failed_baseline_still_gets_the_best_re_measured(tmp_path, storage_url):
     """No baseline to revert to: the ablation re-measures the best and the candidates (and its
-    runoff some of them again: tuner.runoff), nothing else, and the recommendation is chosen on
+    runoff some of them again: tuner.stats), nothing else, and the recommendation is chosen on
     those re-measurements."""
     spec = fast_spec(tmp_path, ablation_share=0.3)
     run_study(spec, options(storage_url, tmp_path, budget_gpu_seconds=200.0), launcher=BaselineFailsLauncher(spec))
@@ -214,8 +211,8 @@ def test_a_sampler_that_proposes_only_screened_configs_ends_the_search_not_the_a
     """After its first few trials every proposal is screened out: the search is over, and the
     ablation round still re-measures what it found (it used to end the study there, the
     ablation's share unspent and nothing re-measured; seen on the 13B x 8 H100 sim)."""
-    import tuner.admission as admission
-    from tuner.screening import Verdict
+    import tuner.study._admission as admission
+    from tuner.search import Verdict
 
     spec = fast_spec(tmp_path, ablation_share=0.3)
     launcher = FakeLauncher(spec)

@@ -14,7 +14,7 @@ import pytest
 from pg import free_port, sleep_launcher, wait_until
 from spine_helpers import fast_spec
 
-from tuner.coordinator import RunOptions, run_study
+from tuner.study import RunOptions, run_study
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]  # starts optuna-dashboard
 

@@ -1,4 +1,4 @@
-"""tuner.distill: finished Optuna studies (written directly with optuna) -> calibration JSON."""
+"""tuner.plan: finished Optuna studies (written directly with optuna) -> calibration JSON."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
 import helper
+from helper import measurement_plan
 from helper.calibration import resolve_constants
-from helper.fitting import measurement_plan
 from helper.throughput import step_time_breakdown
-from tuner.distill import distill, study_measurements
 from tuner.errors import StudyConflictError
+from tuner.plan import distill, study_measurements
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -146,8 +146,8 @@ def test_hsdp_and_tp_trials_are_fitted_through_helper_layouts(tmp_path):
     from pathlib import Path
 
     from helper.layouts import Layout, layout_speed_ratio
-    from tuner.coordinator import RunOptions, run_study
     from tuner.spec import load_spec
+    from tuner.study import RunOptions, run_study
 
     spec = load_spec(Path(__file__).resolve().parents[1] / "studies/cpu-layouts.toml").with_launcher("sim")
     url = f"sqlite:///{tmp_path}/l.db"

@@ -2,8 +2,7 @@
 
 import pytest
 
-from tuner.failures import config_failure, failure_model, failure_rate, level_failures
-from tuner.record import TrialRecord
+from tuner.stats import TrialRecord, config_failure, failure_model, failure_rate, level_failures
 
 
 def run(n, status, **params):

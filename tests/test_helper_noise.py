@@ -7,7 +7,8 @@ import math
 import pytest
 
 from helper import estimate_memory, get_gpu
-from helper.noise import config_key, estimate_noise_rel, fit_memory_scale
+from helper.measurements import config_key, fit_memory_scale
+from helper.noise import estimate_noise_rel
 
 
 def test_pooled_noise_of_repeats_only():

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tuner.importance import knob_importance
+from tuner.stats import knob_importance
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from synthetic_studies import FAMILIES, build_study  # noqa: E402

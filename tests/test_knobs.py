@@ -67,15 +67,16 @@ def test_reconfiguration_is_the_heaviest_change():
 
 def test_a_new_knob_is_one_entry(monkeypatch):
     """Adding an entry is enough for spec validation, the space and the trial config to know it."""
-    from tuner import space, spec
+    import tuner.spec._spec as spec_module
+    from tuner import spec
 
     entry = knobs.Knob(name="compile", kind="bool", default=False, reconfigure="model", meaning="torch.compile")
     monkeypatch.setitem(KNOBS, "compile", entry)
-    monkeypatch.setattr(spec, "KNOWN_KNOBS", tuple(KNOBS))
+    monkeypatch.setattr(spec_module, "KNOWN_KNOBS", tuple(KNOBS))
     parsed = spec.parse_spec({"study": {"name": "s"}, "model": {"preset": "tiny"},
                               "space": {"compile": [True, False], "micro_batch": [1, 2]}})
     assert parsed.knob("compile").choices == (True, False)
-    assert space.complete_params({"micro_batch": 2}, parsed)["compile"] is False
+    assert spec.complete_params({"micro_batch": 2}, parsed)["compile"] is False
     with pytest.raises(spec.SpecError, match="space.compile: 3 is not true/false"):
         spec.parse_spec({"study": {"name": "s"}, "model": {"preset": "tiny"}, "space": {"compile": [3]}})
     assert dataclasses.asdict(entry)["name"] == "compile"

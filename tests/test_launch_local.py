@@ -7,11 +7,9 @@ from pathlib import Path
 import pytest
 from spine_helpers import fast_spec
 
-from tuner.launch import TrialRequest, get_launcher
-from tuner.launch.env import trial_environment
-from tuner.launch.protocol import classify_log
+from tuner.launch import TrialRequest, classify_log, get_launcher, trial_environment
 from tuner.protocol import read_results
-from tuner.space import complete_params
+from tuner.spec import complete_params
 
 pytestmark = pytest.mark.slow  # torchrun jobs
 
@@ -39,7 +37,7 @@ def test_trial_config_carries_the_adaptive_settings_and_the_bar_to_beat(tmp_path
     import dataclasses
     import json
 
-    from tuner.launch.protocol import write_trial_config
+    from tuner.launch import write_trial_config
     spec = fast_spec(tmp_path)
     req = dataclasses.replace(request(spec, tmp_path, {"micro_batch": 2}), stop_below_tokens_per_sec_per_gpu=1234.5)
     config = json.loads(write_trial_config(req, tmp_path / "config.json").read_text())

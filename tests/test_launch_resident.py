@@ -13,7 +13,7 @@ import pytest
 from spine_helpers import fast_spec
 
 from tuner.launch import TrialRequest, get_launcher
-from tuner.space import complete_params
+from tuner.spec import complete_params
 
 pytestmark = pytest.mark.slow  # torchrun jobs
 
@@ -95,7 +95,7 @@ def test_a_warm_trial_that_hangs_times_out_and_the_next_starts_a_fresh_worker(tm
 
 _COORDINATOR = """
 import sys
-from tuner.coordinator import RunOptions, run_study
+from tuner.study import RunOptions, run_study
 import dataclasses
 sys.path.insert(0, {tests!r})
 from spine_helpers import fast_spec

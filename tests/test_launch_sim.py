@@ -10,12 +10,11 @@ import optuna
 import pytest
 
 from helper.memory import estimate_memory
-from tuner.analysis import analyze_study
 from tuner.budget import ledger_from_trials
-from tuner.coordinator import RunOptions, run_study
 from tuner.launch import TrialRequest, get_launcher
-from tuner.space import complete_params
-from tuner.spec import load_spec
+from tuner.spec import complete_params, load_spec
+from tuner.stats import analyze_study
+from tuner.study import RunOptions, run_study
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = load_spec(ROOT / "studies/llama7b-h100x32.toml").with_launcher("sim")
@@ -130,7 +129,7 @@ def test_sharding_is_a_knob_end_to_end(tmp_path):
 # ------------------------------------------------------------------ resident workers
 
 def test_a_resident_worker_pays_start_up_once_and_reconfigures_in_place():
-    from tuner.batching import DATA_LOADER_S
+    from tuner.budget import DATA_LOADER_S
 
     launcher = get_launcher(SPEC)
 

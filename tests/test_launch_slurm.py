@@ -20,13 +20,19 @@ import pytest
 from optuna.trial import TrialState
 from spine_helpers import FAST_OBJECTIVE
 
-from tuner.coordinator import RunOptions, run_study
 from tuner.errors import LauncherError, TunerError
-from tuner.launch import TrialRequest, get_launcher
-from tuner.launch.slurm import SlurmError, SlurmLauncher
-from tuner.launch.slurm_commands import client_env, diagnose_slurm_failure, parse_slurm_duration_s, run_slurm
-from tuner.space import complete_params
-from tuner.spec import load_spec
+from tuner.launch import (
+    SlurmError,
+    SlurmLauncher,
+    TrialRequest,
+    client_env,
+    diagnose_slurm_failure,
+    get_launcher,
+    parse_slurm_duration_s,
+    run_slurm,
+)
+from tuner.spec import complete_params, load_spec
+from tuner.study import RunOptions, run_study
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_SPACE = """

@@ -1,4 +1,4 @@
-"""tuner/layout_rules.py: layouts a cluster cannot hold are one line at spec load naming the
+"""tuner/spec/_layouts.py: layouts a cluster cannot hold are one line at spec load naming the
 key; the sim launcher takes every layout knob and checkpoints."""
 
 import textwrap
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tuner.layout_rules import hsdp_shard_size, layout_problem, space_layout_problem
-from tuner.spec import SpecError, load_spec
+from helper.mesh import hsdp_shard_size
+from tuner.spec import SpecError, layout_problem, load_spec, space_layout_problem
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,7 +69,7 @@ def test_impossible_layouts_fail_at_load_naming_the_key(tmp_path, space, kwargs,
 
 
 def test_the_sim_launcher_takes_a_layout_search_and_checkpoints(tmp_path):
-    """helper.layouts and helper.checkpointing model them (tuner/launch/sim_layouts.py)."""
+    """helper.layouts and helper.checkpointing model them (tuner/model/_layouts.py)."""
     spec = load(tmp_path, 'sharding = ["full_shard", "hybrid_shard"]\ntp_degree = [1, 2]', gpu="H100-80GB",
                 trial='checkpoint_every = 5\ncheckpoint_dir = "c"')
     assert spec.with_launcher("sim").cluster.launcher == "sim"

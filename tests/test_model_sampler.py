@@ -1,4 +1,4 @@
-"""tuner.model_sampler: helper's model, refitted online, guides an Optuna sampler."""
+"""tuner.search: helper's model, refitted online, guides an Optuna sampler."""
 
 import dataclasses
 
@@ -7,10 +7,8 @@ import pytest
 from optuna.trial import TrialState
 
 from tuner.errors import SpecError
-from tuner.model_sampler import ModelGuidedSampler, model_knows, top_prediction
-from tuner.sampling import make_sampler
-from tuner.space import complete_params, suggest_params
-from tuner.spec import load_spec
+from tuner.search import ModelGuidedSampler, make_sampler, model_knows, suggest_params, top_prediction
+from tuner.spec import complete_params, load_spec
 
 SPEC = "studies/sim-llama13b-h100x8.toml"
 
@@ -111,7 +109,7 @@ def _measured(spec, params, value=3000.0):
 
 
 def test_with_equal_ei_the_pick_keeps_the_warm_workers_model_and_cold_trials_do_not_care():
-    from tuner.batching import Worker
+    from tuner.budget import Worker
 
     picks = {}
     for resident in (True, False):
@@ -148,7 +146,7 @@ def test_the_sampler_follows_its_own_coordinators_worker():
 
 
 def test_a_candidate_that_would_outrun_its_budget_cap_is_weighted_out():
-    """Admission stops a trial at budget.CAP_FACTOR x the estimate (tuner.batching): one the
+    """Admission stops a trial at budget.CAP_FACTOR x the estimate (tuner.budget): one the
     model expects to run past that measures nothing and, warm, ends the worker."""
     import numpy as np
 

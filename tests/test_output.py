@@ -5,9 +5,9 @@ import os
 
 import pytest
 
-from tuner import output
+import tuner.report._output as output
 from tuner.errors import OutputError
-from tuner.output import output_dir, write_atomic
+from tuner.report import output_dir, write_atomic
 
 
 def test_a_file_in_the_way_of_out_is_one_line(tmp_path):
@@ -47,7 +47,7 @@ def test_cli_analyze_and_report_into_a_file_exit_2_with_one_line(tmp_path, capsy
     from test_coordinator import FakeLauncher
 
     from tuner.cli import main
-    from tuner.coordinator import RunOptions, run_study
+    from tuner.study import RunOptions, run_study
 
     spec = fast_spec(tmp_path)
     db = f"sqlite:///{tmp_path}/t.db"

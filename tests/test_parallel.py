@@ -22,7 +22,7 @@ from test_fsdp_finetune import torchrun, trial_config  # noqa: E402
 ])
 def test_plan_layout_mesh(knobs, world, gpn, mesh, dp):
     layout = plan_layout(knobs, world_size=world, gpus_per_node=gpn)
-    assert layout.mesh_shape == mesh and layout.dp_size == dp and layout.world_size == world
+    assert layout.mesh_shape == mesh and layout.dp == dp and layout.world_size == world
     assert layout.describe()["mesh"] == list(mesh)
 
 
@@ -34,7 +34,7 @@ def test_tp_ranks_of_one_group_read_the_same_batch():
 def test_plan_layout_refuses_what_the_world_cannot_hold():
     with pytest.raises(ValueError, match="tp_degree 3"):
         plan_layout({"tp_degree": 3}, world_size=4, gpus_per_node=4)
-    with pytest.raises(ValueError, match="shard group size 3"):
+    with pytest.raises(ValueError, match="shard_group_size 3"):
         plan_layout({"sharding": "hybrid_shard", "shard_group_size": 3}, world_size=4, gpus_per_node=4)
 
 

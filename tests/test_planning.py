@@ -1,4 +1,4 @@
-"""tuner.planning: `tuner plan` answers every point; the proxy spec runs the chosen layout in the
+"""tuner.plan: `tuner plan` answers every point; the proxy spec runs the chosen layout in the
 workload's knobs (PP falls back, saying so); --validate runs real CPU trials end to end (slow)."""
 
 import pytest
@@ -6,7 +6,7 @@ import pytest
 from helper import plan_training
 from tuner.cli import main
 from tuner.knobs import KNOBS
-from tuner.planning import format_plan, proxy_spec
+from tuner.plan import format_plan, proxy_spec
 
 
 @pytest.fixture(scope="module")

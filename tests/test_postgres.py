@@ -22,13 +22,13 @@ from spine_helpers import fast_spec
 
 from tuner.budget import ledger_from_trials
 from tuner.cli import main as tuner_main
-from tuner.coordinator import RunOptions, run_study
 from tuner.storage import open_storage
+from tuner.study import RunOptions, run_study
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]  # coordinators as processes, private servers
 ROOT = Path(__file__).resolve().parents[1]
 SPEC_7B = ROOT / "studies" / "llama7b-h100x32.toml"
-# 72 configs: enough that ~20 trials never exhaust the space (tuner.repeats stops a search
+# 72 configs: enough that ~20 trials never exhaust the space (tuner.search stops a search
 # that has run every config, instead of repeating one)
 WIDE = "grad_accum = [1, 2, 4, 8]"
 

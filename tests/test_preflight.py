@@ -8,8 +8,8 @@ from spine_helpers import fast_spec
 
 from tuner.cli import main as tuner_main
 from tuner.errors import PreflightError
-from tuner.preflight import check_runs_dir, needs_preflight, preflight
 from tuner.spec import load_spec
+from tuner.study import check_runs_dir, needs_preflight, preflight
 
 
 def workload_spec(tmp_path, *, data=None, model='preset = "tiny"'):

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from tuner.launch import TrialResult
-from tuner.progress import Progress, ProgressState, format_duration
+from tuner.report import Progress, ProgressState, format_duration
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,9 +75,9 @@ CHILD = textwrap.dedent("""
     sys.path.insert(0, {tests!r})
     from spine_helpers import fast_spec
     from pathlib import Path
-    from tuner.coordinator import RunOptions, run_study
+    from tuner.study import RunOptions, run_study
     from tuner.launch import Launcher, TrialResult
-    from tuner.progress import Progress
+    from tuner.report import Progress
 
     class Stepping(Launcher):
         name = "stepping"

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tuner.launch.protocol import trial_result
+from tuner.launch import trial_result
 from tuner.protocol import ResultWriter, error_event, parse_results, read_results, step_event, summary_event
 
 

@@ -1,16 +1,13 @@
-"""tuner/proxy_layout.py: the plan's layout on the proxy, in the workload's knobs, checked by
-tuner/layout_rules.py; HSDP/TP proxy trials compared with helper.layouts."""
+"""tuner/plan/_proxy.py: the plan's layout on the proxy, in the workload's knobs, checked by
+tuner/spec/_cluster.py; HSDP/TP proxy trials compared with helper.layouts."""
 
 import pytest
 
 from helper import plan_training
-from tuner.coordinator import RunOptions, run_study
 from tuner.errors import TunerError
-from tuner.layout_rules import layout_problem
-from tuner.planning import proxy_spec
-from tuner.proxy_layout import layout_rows, proxy_layout_knobs
-from tuner.spec import parse_spec
-from tuner.study import load_existing_study
+from tuner.plan import layout_rows, proxy_layout_knobs, proxy_spec
+from tuner.spec import layout_problem, parse_spec
+from tuner.study import RunOptions, load_existing_study, run_study
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +35,7 @@ def test_the_proxy_spec_keeps_the_layout_and_passes_layout_rules(plan13, target)
               "pp2+fsdp": ({"sharding": ["full_shard"]}, "no pp_degree knob")}
     for name, (space, note) in expect.items():
         raw, notes = proxy_spec(chosen(plan13, name), name="p", target=target)
-        spec = parse_spec(raw, origin="plan-proxy")  # runs tuner.layout_rules.check_spec
+        spec = parse_spec(raw, origin="plan-proxy")  # runs tuner.spec.check_spec
         got = {k: list(v) for k, v in raw["space"].items() if k in ("sharding", "tp_degree", "shard_group_size")}
         assert got == space, name
         assert (note in " ".join(notes)) if note else not notes, (name, notes)
@@ -68,7 +65,7 @@ def test_layout_rows_compare_hsdp_tp_trials_with_helper_layouts(plan13, tmp_path
 
 
 def test_validate_a_tp_plan_through_the_sim_compares_without_touching_the_plan(plan13, tmp_path):
-    from tuner.planning import format_validation, validate_plan
+    from tuner.plan import format_validation, validate_plan
     plan = chosen(plan13, "fsdp+tp8")
     bands = [r["band_pct"] for r in plan["layouts"]]
     new = validate_plan(plan, {"model_size": "13b", "gpu_count": 32, "tokens": 100e9}, out_dir=tmp_path,

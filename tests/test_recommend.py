@@ -7,9 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tuner.analysis import analyze_record, format_summary
-from tuner.failures import config_key
-from tuner.record import StudyRecord
+from tuner.stats import StudyRecord, analyze_record, config_key, format_summary
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from synthetic_studies import FAMILIES, build_study, evaluate  # noqa: E402

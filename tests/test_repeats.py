@@ -5,10 +5,8 @@ from optuna.trial import TrialState
 from spine_helpers import fast_spec
 from test_coordinator import FakeLauncher
 
-from tuner.coordinator import RunOptions, run_study
-from tuner.repeats import REPEAT, coordinator_seed, screen
-from tuner.space import suggest_params
-from tuner.study import open_study
+from tuner.search import REPEAT, coordinator_seed, screen_repeat, suggest_params
+from tuner.study import RunOptions, open_study, run_study
 
 
 def configs(study):
@@ -50,7 +48,7 @@ def test_an_exact_repeat_is_not_launched_a_queued_one_is_a_labelled_remeasuremen
     study.enqueue_trial(params)                             # as if the sampler suggested it again
     fresh = study.ask()
     assert suggest_params(fresh, spec) == params
-    assert screen(study, spec, fresh, params, study.get_trials())      # a repeat: recorded, never launched
+    assert screen_repeat(study, spec, fresh, params, study.get_trials())      # a repeat: recorded, never launched
     done = study.get_trials()[fresh.number]
     assert done.state == TrialState.FAIL and done.user_attrs["status"] == REPEAT
     assert done.user_attrs["gpu_seconds"] == 0.0 and "repeat of trial 0" in done.user_attrs["message"]
@@ -59,8 +57,8 @@ def test_an_exact_repeat_is_not_launched_a_queued_one_is_a_labelled_remeasuremen
     study.enqueue_trial(params, user_attrs={"role": "ablation"})        # deliberate: the ablation's re-run
     unseen = study.ask()
     unseen_params = suggest_params(unseen, spec)
-    assert unseen_params != params and not screen(study, spec, unseen, unseen_params, study.get_trials())
+    assert unseen_params != params and not screen_repeat(study, spec, unseen, unseen_params, study.get_trials())
     again = study.ask()
     assert suggest_params(again, spec) == params
-    assert not screen(study, spec, again, params, study.get_trials())  # runs, labelled
+    assert not screen_repeat(study, spec, again, params, study.get_trials())  # runs, labelled
     assert again.user_attrs["remeasurement_of"] == 0

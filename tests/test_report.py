@@ -6,9 +6,9 @@ import subprocess
 import pytest
 from test_analysis import synthetic_study
 
-from tuner.analysis import analyze_study
-from tuner.optuna_internals import study_storage
 from tuner.report import render_recipe, save_recipe_note, write_report
+from tuner.stats import analyze_study
+from tuner.storage import study_storage
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -84,7 +84,7 @@ def test_recipe_shows_the_flaky_faster_config_and_keeps_placebos_out_of_what_mat
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
     from synthetic_studies import build_study
 
-    from tuner.analysis import analyze_record
+    from tuner.stats import analyze_record
 
     record, _ = build_study("failures", 2, "ar1-0.5")
     analysis = analyze_record(record, n_boot=40)

@@ -9,7 +9,7 @@ import zlib
 import pytest
 
 from helper import plan_training
-from tuner.runbook import render_runbook, write_runbook
+from tuner.plan import render_runbook, write_runbook
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -86,7 +86,7 @@ def _chunks(png: bytes, kind: bytes):
 def test_tuning_settings_take_the_best_ok_trial(tmp_path):
     import optuna
 
-    from tuner.runbook import tuning_settings
+    from tuner.plan import tuning_settings
     url = f"sqlite:///{tmp_path / 'tune.db'}"
     study = optuna.create_study(direction="maximize", study_name="tune", storage=url)
     for value, proto, status in ((900.0, "Simple", "ok"), (1200.0, "LL128", "ok"), (5000.0, "LL", "oom")):

@@ -1,5 +1,5 @@
 """The runoff: the ablation's finalists measured again, and chosen on their runs where the
-surrogate has been wrong (tuner.runoff, tuner.recommend, tuner.ablation's two stages)."""
+surrogate has been wrong (tuner.stats, tuner.stats, tuner.study's two stages)."""
 
 import itertools
 import math
@@ -8,12 +8,19 @@ import numpy as np
 import optuna
 import pytest
 
-from tuner.ablation import MAX_CANDIDATES, N_CANDIDATES, plan_ablation_once
-from tuner.failures import config_key
-from tuner.recommend import recommend
-from tuner.record import TrialRecord
-from tuner.runoff import MAX_ROUNDS, MIN_SURROGATE_SD, RUNOFF, pick_finalists, ranked_remeasured, surrogate_spread
 from tuner.spec import parse_spec
+from tuner.stats import (
+    MAX_ROUNDS,
+    MIN_SURROGATE_SD,
+    RUNOFF,
+    TrialRecord,
+    config_key,
+    pick_finalists,
+    ranked_remeasured,
+    recommend,
+    surrogate_spread,
+)
+from tuner.study import MAX_CANDIDATES, N_CANDIDATES, plan_ablation_once
 
 SPACE = {"micro_batch": [1, 2, 4], "grad_accum": [1, 2, 4], "nccl_proto": ["default", "Simple", "LL128", "LL"]}
 TRAP = {"micro_batch": 4, "grad_accum": 1, "nccl_proto": "LL"}
@@ -56,7 +63,7 @@ def top_by_truth(n):
 
 
 def test_the_surrogate_rates_the_trap_first():
-    from tuner.smoothing import smoothed_values
+    from tuner.stats import smoothed_values
 
     runs = search(0)
     est = smoothed_values(runs, list(SPACE))

@@ -1,4 +1,4 @@
-"""tuner/sampling.py: the grid sampler survives ask/tell past its last point; TPE and GP learn
+"""tuner/search/_samplers.py: the grid sampler survives ask/tell past its last point; TPE and GP learn
 from the configs screening kept from running."""
 
 import dataclasses
@@ -6,14 +6,11 @@ import dataclasses
 import optuna
 from optuna.trial import TrialState
 
-from tuner.batching import costs_from_trials
-from tuner.optuna_internals import StudyView
-from tuner.record import study_record
-from tuner.sampling import AskTellGridSampler, make_sampler
-from tuner.screening import as_sampler_sees_it
-from tuner.space import suggest_params
+from tuner.budget import costs_from_trials
+from tuner.search import AskTellGridSampler, as_sampler_sees_it, make_sampler, suggest_params
 from tuner.spec import load_spec
-from tuner.unrun import end_unrun
+from tuner.stats import study_record
+from tuner.storage import StudyView, end_unrun
 
 
 def test_grid_sampler_exhausted_under_ask_tell_does_not_raise():
@@ -34,7 +31,7 @@ SPEC_13B = "studies/sim-llama13b-h100x8.toml"
 
 
 def _screened(params):
-    """A stand-in for tuner.screening: the large micro-batches and NVLS never run."""
+    """A stand-in for tuner.search: the large micro-batches and NVLS never run."""
     return params["micro_batch"] >= 4 or params["nccl_algo"] == "NVLS"
 
 

@@ -2,9 +2,9 @@
 
 import pytest
 
-from tuner.budget import Ledger, LedgerEntry
+from tuner.budget import Ledger, LedgerEntry, next_admission, search_limit
 from tuner.launch import TrialResult
-from tuner.scheduling import best_lower_bound, next_admission, outcome, search_limit
+from tuner.study import best_lower_bound, outcome
 
 
 def ledger(costs, limit=100.0, running=()):
@@ -93,7 +93,7 @@ def test_an_exhausted_search_plans_the_ablation_then_runs_only_queued_trials():
 
 
 def test_a_trial_cut_by_the_budget_is_not_its_configs_timeout():
-    from tuner.accounting import label_budget_stop
+    from tuner.study import label_budget_stop
     cut = TrialResult(status="timeout", launcher="sim", world_size=4, gpu_seconds=20.0, wall_seconds=5.0,
                       step_values=((0, 50.0),))
     labelled = label_budget_stop(cut, reserved_gpu_seconds=20.0, cap_basis_gpu_seconds=10.0, timeout_s=900)

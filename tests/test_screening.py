@@ -1,16 +1,15 @@
-"""tuner.screening: configs the model knows cannot run are not launched, and a wrong prune recovers."""
+"""tuner.search: configs the model knows cannot run are not launched, and a wrong prune recovers."""
 
 import dataclasses
 
 import optuna
 from optuna.trial import TrialState, create_trial
 
-from tuner.coordinator import end_unrun
-from tuner.launch.sim import SimLauncher
-from tuner.record import study_record
-from tuner.screening import memory_ratio_low, nccl_problem, predicted_memory_gb, screen
-from tuner.space import complete_params, distribution
-from tuner.spec import load_spec
+from tuner.search import distribution, memory_ratio_low, nccl_problem, predicted_memory_gb, screen
+from tuner.sim import SimLauncher
+from tuner.spec import complete_params, load_spec
+from tuner.stats import study_record
+from tuner.study import end_unrun
 
 SPEC_13B = "studies/sim-llama13b-h100x8.toml"
 SPEC_1B = "studies/sim-llama1b-a100x16.toml"
@@ -65,7 +64,7 @@ def test_version_dependent_rule_without_a_preflight_is_launched():
 
 
 def test_sim_preflight_follows_the_clusters_nccl_version():
-    from tuner.launch.sim_physics import physics_for
+    from tuner.sim import physics_for
 
     seeds = {s: physics_for(f"perturbed:{s}", "H100-80GB").tree_falls_back for s in range(12)}
     falls, fails = next(s for s, f in seeds.items() if f), next(s for s, f in seeds.items() if not f)
@@ -120,7 +119,7 @@ def test_pruned_trial_is_fail_with_zero_gpu_seconds_and_visible_in_the_record():
 
 
 def test_the_baseline_is_measured_even_when_the_model_calls_it_out_of_memory(tmp_path):
-    from tuner.coordinator import RunOptions, run_study
+    from tuner.study import RunOptions, run_study
 
     spec = _spec(SPEC_13B)
     base = {**spec.baseline, "micro_batch": 8, "activation_checkpointing": False}

@@ -1,4 +1,4 @@
-"""The sim launcher's layouts and checkpoints (tuner/launch/sim_layouts.py): HSDP and TP trials
+"""The sim launcher's layouts and checkpoints (tuner/model/_layouts.py): HSDP and TP trials
 OOM and rank as helper.layouts predicts; checkpoints cost wall time, not tokens/s."""
 
 from pathlib import Path
@@ -9,12 +9,11 @@ import pytest
 from helper.calibration import resolve_constants
 from helper.layouts import Layout, layout_memory, layout_step_time
 from objectives.parallel import plan_layout
-from tuner.coordinator import RunOptions, run_study
 from tuner.launch import TrialRequest, get_launcher
-from tuner.launch.sim_layouts import checkpoint_cost, sim_layout
-from tuner.record import trial_status
-from tuner.space import complete_params
-from tuner.spec import load_spec, parse_spec
+from tuner.model import checkpoint_cost
+from tuner.spec import complete_params, load_spec, parse_spec
+from tuner.stats import trial_status
+from tuner.study import RunOptions, run_study
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = load_spec(ROOT / "studies/llama7b-h100x32.toml").with_launcher("sim")  # 7B, 4 x 8 H100
@@ -46,7 +45,7 @@ def launch(spec, params, number=0):
 ])
 def test_the_sim_mesh_is_the_workloads_mesh(knobs):
     theirs = plan_layout(knobs, world_size=32, gpus_per_node=8)
-    ours = sim_layout(knobs, world_size=32, gpus_per_node=8)
+    ours = Layout.from_knobs(knobs, world_size=32, gpus_per_node=8)
     assert (ours.dp_replicate, ours.dp_shard, ours.tp) == theirs.mesh_shape
 
 
@@ -57,7 +56,7 @@ def test_layout_trials_oom_and_rank_as_helper_predicts():
     for sharding in SPACE["sharding"]:
         for tp in SPACE["tp_degree"]:
             knobs = {"sharding": sharding, "tp_degree": tp}
-            lay = sim_layout(knobs, world_size=32, gpus_per_node=8)
+            lay = Layout.from_knobs(knobs, world_size=32, gpus_per_node=8)
             common = dict(gpu="H100-80GB", micro_batch=MB, seq_len=2048, activation_checkpointing=False)
             mem = layout_memory("llama-2-7b", lay, **common)["total"]
             tps = layout_step_time("llama-2-7b", lay, constants=consts, gpus_per_node=8, **common)["tokens_per_sec_per_gpu"]
@@ -84,7 +83,7 @@ def test_a_sim_study_over_sharding_and_tp_degree_runs_and_ranks(tmp_path):
     seen = {(t.params["sharding"], t.params["tp_degree"]) for t in done}
     assert seen == {(s, t) for s in SPACE["sharding"] for t in SPACE["tp_degree"]}
     # over capacity: run out of memory, or screened out before launch once the model and the
-    # study's own OOMs say so (tuner.screening: `pruned`, 0 GPU-s)
+    # study's own OOMs say so (tuner.search: `pruned`, 0 GPU-s)
     over = {(t.params["sharding"], t.params["tp_degree"]): trial_status(t) for t in done
             if trial_status(t) in ("oom", "pruned")}
     assert set(over) == {("full_shard", 1), ("hybrid_shard", 1)}
@@ -113,4 +112,4 @@ def test_fsdp_over_every_gpu_is_the_plain_sim():
     spec = layout_spec()
     r = launch(spec, {"sharding": "full_shard", "tp_degree": 1, "micro_batch": 1, "activation_checkpointing": False})
     assert r.status == "ok" and r.extra["layout"] is None and r.extra["checkpoint"] is None
-    assert sim_layout({"sharding": "shard_grad_op"}, world_size=32, gpus_per_node=8) == Layout(dp_shard=32)
+    assert Layout.from_knobs({"sharding": "shard_grad_op"}, world_size=32, gpus_per_node=8) == Layout(dp_shard=32)

@@ -1,4 +1,4 @@
-"""tuner.launch.sim_physics: simulated clusters whose physics differ from helper's."""
+"""tuner.sim: simulated clusters whose physics differ from helper's."""
 
 import dataclasses
 from pathlib import Path
@@ -7,10 +7,10 @@ import pytest
 
 from tuner.errors import SpecError
 from tuner.launch import TrialRequest
-from tuner.launch.sim import SimLauncher
-from tuner.launch.sim_physics import PERTURB_RANGE, parse_sim_physics, physics_for, truth
-from tuner.space import complete_params
-from tuner.spec import load_spec
+from tuner.model import model_inputs
+from tuner.sim import PERTURB_RANGE, SimLauncher, physics_for, truth
+from tuner.spec import sim_physics_problem
+from tuner.spec import complete_params, load_spec
 
 SPEC = "studies/sim-llama13b-h100x8.toml"
 BASE = {"nccl_algo": "default", "nccl_proto": "default", "num_workers": 2, "prefetch_factor": 2,
@@ -46,8 +46,9 @@ def test_mismatched_truth_differs_from_helper():
     from helper import predict_throughput
 
     spec = _spec("perturbed:0")
-    t = truth(physics_for("perturbed:0", "H100-80GB"), model="llama-2-13b", world=8, gpu="H100-80GB",
-              gpus_per_node=8, seq_len=2048, params=BASE, reshard_after_forward=True)
+    physics = physics_for("perturbed:0", "H100-80GB")
+    t = truth(physics, model_inputs(BASE, model="llama-2-13b", world_size=8, gpu="H100-80GB", gpus_per_node=8,
+                                    seq_len=2048, mean_tokens=physics.mean_tokens()))
     helper_tps = predict_throughput("llama-2-13b", 8, gpu="H100-80GB", micro_batch=1, activation_checkpointing=True,
                                     num_workers=2, examples_per_sequence=8.0)
     assert t.status == "ok" and abs(t.tokens_per_sec_per_gpu / helper_tps - 1) > 0.02
@@ -69,7 +70,7 @@ def test_bad_sim_physics_is_one_line(value, tmp_path):
     path.write_text(text)
     with pytest.raises(SpecError, match="cluster.sim_physics"):
         load_spec(path)
-    assert parse_sim_physics(value)
+    assert sim_physics_problem(value)
 
 
 def test_tree_fallback_is_version_dependent_across_seeds():

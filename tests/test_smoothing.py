@@ -4,11 +4,8 @@ import itertools
 
 import numpy as np
 
-from tuner.ablation import shortlist
-from tuner.failures import config_key
-from tuner.recommend import recommend
-from tuner.record import TrialRecord
-from tuner.smoothing import smoothed_values
+from tuner.stats import TrialRecord, config_key, recommend, smoothed_values
+from tuner.study import shortlist
 
 SPACE = {"micro_batch": [1, 2, 4], "grad_accum": [1, 2, 4], "nccl_proto": ["default", "Simple", "LL128", "LL"]}
 

@@ -2,8 +2,8 @@ import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from spine_helpers import fast_spec
 
-from tuner.space import baseline_params, complete_params, distribution, suggest_params
-from tuner.spec import KnobSpace
+from tuner.search import distribution, suggest_params
+from tuner.spec import KnobSpace, baseline_params, complete_params
 
 
 def test_distributions():

@@ -5,12 +5,12 @@ import pytest
 from optuna.trial import TrialState
 from spine_helpers import fast_spec
 
-from tuner import coordinator, spool
+import tuner.study._coordinator as coordinator
+import tuner.study._spool as spool
 from tuner.budget import ledger_from_trials
-from tuner.coordinator import RunOptions, record_result, run_study
 from tuner.errors import StorageError
 from tuner.launch import Launcher, TrialResult
-from tuner.study import open_study
+from tuner.study import RunOptions, open_study, record_result, run_study
 
 RESULT = TrialResult(status="ok", launcher="fake", world_size=2, gpu_seconds=12.0, wall_seconds=6.0,
                      step_values=((1, 500.0), (2, 510.0), (3, 505.0), (4, 507.0)))
@@ -81,7 +81,7 @@ def test_a_result_whose_trial_was_failed_as_stale_while_it_ran_is_recovered_not_
     assert spool.recover_late(study, trial.number, RESULT)  # ...so the result becomes a new trial
     assert not spool.recover_late(study, trial.number, RESULT)                           # once
     recovered = [t for t in study.get_trials() if t.user_attrs.get("recovered_from") == trial.number]
-    # the value is the result's own: tokens over time (tuner.launch.base.TrialResult), 505.47 here
+    # the value is the result's own: tokens over time (tuner.launch.TrialResult), 505.47 here
     assert len(recovered) == 1 and recovered[0].value == pytest.approx(RESULT.tokens_per_sec_per_gpu)
 
 

@@ -134,7 +134,7 @@ def _ask(study):
 
 
 def _fail_stale(study, storage):
-    # as tuner.coordinator does: under the admission lock (SQLite has no row locks, so two
+    # as tuner.study does: under the admission lock (SQLite has no row locks, so two
     # unlocked checkers could both fail, and retry, one trial)
     with warnings.catch_warnings(), admission_lock(storage, study.study_name):
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

@@ -1,9 +1,9 @@
-"""tuner.surrogate: the model-guided sampler's pure math."""
+"""tuner.search: the model-guided sampler's pure math."""
 
 import numpy as np
 
-from helper.compute import padded_rows
-from tuner import surrogate
+import tuner.search._surrogate as surrogate
+from helper.padding import padded_rows
 
 
 def test_residual_gp_learns_near_measurements_and_keeps_prior_spread_far_away():

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tuner.trial_ci import mser_start, ratio_of_sums, study_noise, study_trial_cis, trial_ci
+from tuner.stats import mser_start, ratio_of_sums, study_noise, study_trial_cis, trial_ci
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from noise_families import FAMILIES, step_series  # noqa: E402

@@ -1,8 +1,9 @@
 """tuner: a throughput autotuner for distributed LLM fine-tuning.
 
-The library API comes first; `tuner.cli` is a thin layer over it. Names are imported on
-first use, so ``import tuner.knobs`` or ``import tuner.protocol`` (what the trial workload
-does) loads neither Optuna nor SQLAlchemy.
+The library API comes first; `tuner.cli` is a thin layer over it. The top-level modules are
+the contract a training rank imports (``tuner.knobs``, ``tuner.protocol``, ``tuner.errors``,
+``tuner.measurement``); each concern is a package with a face (docs/architecture.md). Names
+here are imported on first use, so the training rank loads neither Optuna nor SQLAlchemy.
 
 Example:
     >>> from tuner import load_spec, run_study, RunOptions          # doctest: +SKIP
@@ -24,10 +25,11 @@ except metadata.PackageNotFoundError:  # run from a source tree that was never i
 # public name -> the module that defines it
 _EXPORTS = {
     "parse_budget": "tuner.budget",
-    "RunOptions": "tuner.coordinator", "TrialEvent": "tuner.coordinator", "run_study": "tuner.coordinator",
+    "RunOptions": "tuner.study", "TrialEvent": "tuner.study", "run_study": "tuner.study",
     "RunSummary": "tuner.study", "open_study": "tuner.study", "study_status": "tuner.study",
     "load_existing_study": "tuner.study",
-    "StudySpec": "tuner.spec", "load_spec": "tuner.spec",
+    "StudySpec": "tuner.spec", "load_spec": "tuner.spec", "parse_spec": "tuner.spec",
+    "analyze_study": "tuner.stats",
     "open_storage": "tuner.storage", "resolve_storage_url": "tuner.storage",
     "TunerError": "tuner.errors", "SpecError": "tuner.errors", "StorageError": "tuner.errors",
     "StudyConflictError": "tuner.errors", "BudgetError": "tuner.errors",

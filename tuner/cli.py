@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_plan_parser(sub) -> None:
-    from helper.checkpointing import LLAMA3_FAILURES_PER_GPU_HOUR  # light: pure Python
+    from tuner.plan import LLAMA3_FAILURES_PER_GPU_HOUR
     plan = sub.add_parser("plan", help="training plan: layout, memory, batch, throughput, checkpoints; runbook",
                           description="Compare FSDP, HSDP, FSDP+TP and pipelines for a model on a cluster: memory "
                                       "per GPU, batch, tokens/s/GPU with a band, wall time, GPU-hours, cost, a "
@@ -189,9 +189,9 @@ def _storage(args: argparse.Namespace) -> str:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from tuner.budget import parse_budget
-    from tuner.coordinator import RunOptions, run_study
     from tuner.errors import BudgetError
     from tuner.spec import load_spec
+    from tuner.study import RunOptions, run_study
 
     spec = load_spec(args.study)
     budget = None
@@ -210,7 +210,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                          max_trials=args.max_trials, ablation=not args.no_ablation,
                          grace_period_s=args.grace_period, max_same_errors=args.max_same_errors,
                          preflight=not args.no_preflight)
-    from tuner.progress import Progress
+    from tuner.report import Progress
 
     progress = Progress(enabled=not args.quiet)
     # A scheduler's SIGTERM / a closed terminal's SIGHUP stop like Ctrl-C: the running trial's
@@ -264,7 +264,7 @@ def _load(args: argparse.Namespace):
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
-    from tuner.analysis import analyze_study, format_summary, write_analysis
+    from tuner.stats import analyze_study, format_summary, write_analysis
     analysis = analyze_study(_load(args), n_boot=args.n_boot)
     path = write_analysis(analysis, args.out)
     print(format_summary(analysis))
@@ -273,8 +273,8 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from tuner.analysis import analyze_study
     from tuner.report import save_recipe_note, write_report
+    from tuner.stats import analyze_study
     study = _load(args)
     analysis = analyze_study(study)
     paths = write_report(study, analysis, args.out, planned_tokens=args.planned_tokens)
@@ -286,7 +286,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_distill(args: argparse.Namespace) -> int:
-    from tuner.distill import distill
+    from tuner.plan import distill
     result = distill(_storage(args), args.study_name, args.out)
     quality = result.get("quality", {})
     print(json.dumps(quality, indent=2))
@@ -295,25 +295,19 @@ def _cmd_distill(args: argparse.Namespace) -> int:
 
 
 def _cmd_suggest(args: argparse.Namespace) -> int:
-    import helper
-    from tuner.errors import TunerError
+    from tuner.plan import suggest
 
-    try:  # helper's documented answer to bad input is ValueError; here it is the user's to fix
-        calibration = helper.load_calibration(args.calibration) if args.calibration else None
-        cfg = helper.suggest_config(model_size=args.model_size, gpu_count=args.gpus,
-                                    dataset_size=args.dataset_size, seq_len=args.seq_len, gpu=args.gpu,
-                                    gpus_per_node=args.gpus_per_node, global_batch=args.global_batch,
-                                    calibration=calibration)
-    except ValueError as exc:
-        raise TunerError(str(exc)) from None
+    cfg, explanation = suggest(model_size=args.model_size, gpu_count=args.gpus, dataset_size=args.dataset_size,
+                               seq_len=args.seq_len, gpu=args.gpu, gpus_per_node=args.gpus_per_node,
+                               global_batch=args.global_batch, calibration=args.calibration)
     print(json.dumps(cfg, indent=2, default=str))
     if args.explain:
-        print(helper.explain(cfg), file=sys.stderr)
+        print(explanation, file=sys.stderr)
     return 0
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from tuner.planning import run_plan
+    from tuner.plan import run_plan
     text, paths = run_plan(
         model_size=args.model_size, gpu_count=args.gpus, gpu=args.gpu, tokens=args.tokens,
         gpus_per_node=args.gpus_per_node, inter_node_gbps=args.interconnect_gbps, seq_len=args.seq_len,

@@ -2,7 +2,7 @@
 
 A knob is an Optuna parameter name that changes how a trial runs. Everything that knows
 about a knob reads it from :data:`KNOBS`: spec validation (``tuner.spec``), the search space
-(``tuner.space``), the trial's environment (``tuner.launch.env``), the trial config and the
+(``tuner.search``), the trial's environment (``tuner.launch``), the trial config and the
 workload (``objectives.fsdp_finetune``), the sim launcher, distill and the report.
 
 Each entry says:

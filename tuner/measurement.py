@@ -3,7 +3,7 @@
 This is the trial's own interval, all a training rank has while it runs: early stopping
 (:func:`stop_reason`, run inside the trial workload and the sim launcher) and the
 coordinator's "clearly worse" bar use it. The report's per-trial CIs are wider-informed:
-``tuner.trial_ci`` pools the noise model over the study's trials (docs/statistics.md), and
+``tuner.stats`` pools the noise model over the study's trials (docs/statistics.md), and
 this interval undercovers at strong autocorrelation (bench/ci_coverage.py). Step values are autocorrelated;
 means of batches of consecutive steps are close to independent (Law & Kelton, Simulation
 Modeling and Analysis, ch. 9): ~sqrt(n) batches of ~sqrt(n) steps, a t-quantile with
@@ -34,7 +34,7 @@ MIN_STEPS_FOR_CI = 4
 """Fewer measured steps give no CI."""
 REL_SE_FLOOR = 1e-4
 """Smallest relative standard error (0.01%, the order of a step timer's resolution relative to
-a step), so no interval is zero-width (tuner.trial_ci uses the same floor)."""
+a step), so no interval is zero-width (tuner.stats uses the same floor)."""
 
 
 @dataclass(frozen=True)

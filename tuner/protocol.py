@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CONFIG_ENV", "RESULT_ENV", "ERROR_KINDS", "trial_config", "step_event", "error_event",
+__all__ = ["CONFIG_ENV", "RESULT_ENV", "ERROR_KINDS", "DTYPES", "trial_config", "step_event", "error_event",
            "summary_event", "ResultWriter", "ResultRecord", "parse_results", "read_results",
            "WORKER_ENV", "WORKER_IDLE_ENV", "WORKER_IDLE_S", "job_path", "write_job", "read_job",
            "job_end_event", "has_job_end", "announce_worker", "worker_announced"]
@@ -52,6 +52,8 @@ __all__ = ["CONFIG_ENV", "RESULT_ENV", "ERROR_KINDS", "trial_config", "step_even
 CONFIG_ENV = "TUNER_TRIAL_CONFIG"
 RESULT_ENV = "TUNER_RESULT_FILE"
 ERROR_KINDS = ("oom", "error")
+DTYPES = ("auto", "bf16", "fp16", "fp32")
+"""The trial config's model.dtype values (`auto`: bf16 on a GPU, fp32 on CPU)."""
 WORKER_ENV = "TUNER_WORKER_DIR"
 WORKER_IDLE_ENV = "TUNER_WORKER_IDLE_S"
 WORKER_IDLE_S = 600.0

@@ -1,0 +1,130 @@
+"""The model-guided sampler's grid: the spec's configs over the knobs helper's model knows,
+with what each config needs that does not change from trial to trial (codes for the
+surrogate's distance, predicted memory, NCCL verdicts, step plans, what a switch to it
+needs of a resident worker, tokens per step). Used by tuner.search only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Any
+
+import numpy as np
+
+from tuner import budget, knobs, model
+from tuner.search._screening import nccl_problem, predicted_memory_gb
+from tuner.spec import StudySpec, complete_params
+
+__all__ = ["ModelGrid", "MODEL_KNOBS", "knobs_active"]
+
+MODEL_KNOBS = ("nccl_algo", "nccl_proto", "num_workers", "prefetch_factor", "grad_accum", "micro_batch",
+               "padding", "activation_checkpointing", "sharding")
+"""Knobs helper's model predicts (prefetch_factor has no steady-state effect in it)."""
+
+
+class ModelGrid:
+    """The spec's grid over the knobs the model knows, with what does not change per trial."""
+
+    def __init__(self, spec: StudySpec) -> None:
+        self.spec = spec
+        self.names = [k.name for k in spec.space if k.name in MODEL_KNOBS and _finite(k)]
+        values = [spec.knob(n).values_for_grid() for n in self.names]
+        self.configs: list[dict[str, Any]] = []
+        seen = set()
+        for combo in itertools.product(*values):
+            params = dict(zip(self.names, combo))
+            if not knobs_active(params):
+                params.pop("prefetch_factor", None)
+            key = self.key(params)
+            if key not in seen:
+                seen.add(key)
+                self.configs.append(params)
+        self.codes = np.array([[self._code(i, c.get(n)) for i, n in enumerate(self.names)] for c in self.configs])
+        self.full = [complete_params(c, spec) for c in self.configs]
+        mem_cache: dict[tuple, float] = {}
+        self.mem_gb = np.array([mem_cache.setdefault(_mem_key(f), predicted_memory_gb(spec, f) or 0.0)
+                                for f in self.full])
+        nccl = {}
+        for f in self.full:
+            pair = (str(f.get("nccl_algo", "default")), str(f.get("nccl_proto", "default")))
+            if pair not in nccl:
+                nccl[pair] = nccl_problem(spec, *pair)
+        self.nccl = [nccl[(str(f.get("nccl_algo", "default")), str(f.get("nccl_proto", "default")))]
+                     for f in self.full]
+        self.index = {self.key(c): i for i, c in enumerate(self.configs)}
+        self.levels = np.array([knobs.RECONFIGURE.index(knobs.KNOBS[n].reconfigure) if n in knobs.KNOBS else 0
+                                for n in self.names])  # what a change of each knob needs of a worker
+        self.memory_traits = (np.array([int(f["micro_batch"]) for f in self.full]),
+                              np.array([bool(f["activation_checkpointing"]) for f in self.full]),
+                              np.array([int(f["grad_accum"]) > 1 for f in self.full]),
+                              np.array([str(f["padding"]) for f in self.full]))
+        self._plans: dict[tuple, Any] = {}
+
+    def _code(self, i: int, value: Any) -> int:
+        if value is None:
+            return -1
+        return list(self.spec.knob(self.names[i]).values_for_grid()).index(value)
+
+    def key(self, params: dict[str, Any]) -> tuple:
+        return tuple(params.get(n) for n in self.names if n in params or n != "prefetch_factor")
+
+    def key_of_trial(self, params: dict[str, Any]) -> tuple | None:
+        p = {n: params[n] for n in self.names if n in params}
+        if not knobs_active(p):
+            p.pop("prefetch_factor", None)
+        return self.key(p) if len(p) >= len(self.names) - 1 else None
+
+    def switch_levels(self, worker: budget.Worker | None) -> np.ndarray:
+        """For every config, what running it next needs of ``worker`` (index into
+        tuner.knobs.RECONFIGURE; budget.switch_level over the grid at once)."""
+        if worker is None:
+            return np.full(len(self.configs), knobs.RECONFIGURE.index("process"))
+        i = self.index.get(self.key_of_trial(worker.params))
+        if i is not None:
+            mine = self.codes[i]
+        else:  # a config off the grid (a baseline outside the space): compare value by value
+            values = [list(self.spec.knob(n).values_for_grid()) for n in self.names]
+            mine = np.array([vs.index(worker.params[n]) if worker.params.get(n) in vs else -2
+                             for n, vs in zip(self.names, values)])
+        levels = np.where(self.codes != mine, self.levels, 0).max(axis=1, initial=0)
+        if worker.failed:
+            levels = np.maximum(levels, knobs.RECONFIGURE.index("communicators"))
+        return levels
+
+    def tokens_per_gpu_step(self, mean_tokens: float) -> np.ndarray:
+        """Non-padding tokens one GPU processes per optimizer step, for every config."""
+        rows: dict[tuple, float] = {}
+        out = np.empty(len(self.full))
+        for i, f in enumerate(self.full):
+            key = (f["padding"], int(f["micro_batch"]))
+            if key not in rows:
+                inp = model.spec_model_inputs(f, self.spec, mean_tokens=mean_tokens)
+                rows[key] = inp.seq_len * inp.padding_efficiency * key[1]
+            out[i] = rows[key] * int(f["grad_accum"])
+        return out
+
+    def plan(self, i: int, mean_tokens: float) -> tuple[Any, float] | None:
+        """(helper StepPlan, padding efficiency) of candidate i, or None when NCCL cannot run it."""
+        inp = model.spec_model_inputs(self.full[i], self.spec, mean_tokens=mean_tokens)
+        key = dataclasses.replace(inp, prefetch_factor=None)  # no steady-state effect in the model
+        if key not in self._plans:
+            self._plans[key] = model.step_plan(inp)
+        plan = self._plans[key]
+        return None if plan is None else (plan, inp.padding_efficiency)
+
+
+def knobs_active(params: dict[str, Any]) -> bool:
+    """Whether prefetch_factor applies (tuner.knobs' rule: only with workers)."""
+    return knobs.is_active("prefetch_factor", params) if "num_workers" in params else True
+
+
+def _finite(k: Any) -> bool:
+    try:
+        return len(k.values_for_grid()) > 0
+    except ValueError:
+        return False
+
+
+def _mem_key(f: dict[str, Any]) -> tuple:
+    return (f["micro_batch"], f["grad_accum"], f["activation_checkpointing"], f["padding"], f.get("sharding"))

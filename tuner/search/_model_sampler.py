@@ -1,0 +1,314 @@
+"""A model-guided Optuna sampler: helper's performance model, refitted to this study online.
+
+``ModelGuidedSampler`` is an ordinary ``optuna.samplers.BaseSampler``, so studies, storages,
+parallel coordinators and optuna-dashboard work as with any other. For every trial it:
+
+1. reads the study (any coordinator's trials): ok measurements, failures, pruned configs,
+   RUNNING trials;
+2. refits helper's few constants to the ok measurements (``helper.fit_calibration``, the fit
+   ``tuner distill`` runs, here online; priors = the shipped calibration);
+3. predicts every config of the spec's grid with the refitted model and corrects it with a GP
+   on the model's log residuals (tuner.search); RUNNING trials count as measured at their
+   predicted value (a "kriging believer" constant liar) so parallel coordinators diverge;
+4. proposes, for its first ``n_startup`` picks, the best-predicted config at least two knobs
+   away from everything tried (diverse top predictions, not random trials), then the config
+   of highest expected improvement x the probability that it fits in memory (peak ratios
+   learned from this study) x 1/2 for an NCCL setting whose version-dependent rule is
+   still unsettled, per expected second of the trial (cost-aware EI, Snoek et al. 2012,
+   "EI per second"); never a config already finished, running, failed or pruned.
+
+A trial's expected seconds are the set-up its switch needs from this coordinator's resident
+worker (nothing, a new data loader, a model rebuild, new communicators, a fresh worker:
+tuner.knobs' catalogue, tuner.budget; measured in this study where it has) plus its
+warm-up and measured steps at its predicted step time. Cold trials all pay a start-up. A
+warm worker also keeps its model while that model's build is more than
+:data:`MAX_BUILD_SHARE` of the seconds run on it (rent-or-buy): the configs that need no
+rebuild run as a batch, and set-up stays under a quarter of trial time.
+
+Knobs helper's model does not know (or a float range) are left to a TPE sampler. Each trial
+it picks carries user attrs ``predicted_tokens_per_sec_per_gpu`` (the calibrated model's
+mean), ``predicted_rel_sd``, ``model_pick`` (`startup`, `ei_per_cost`,
+`ei_per_cost_same_model`, `enqueued`: why it was picked), ``model_switch`` (what it needs of
+the worker) and ``predicted_trial_seconds``, surfaced as "predicted vs measured" by analysis
+and the report.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+import optuna
+import scipy.stats
+from optuna.distributions import BaseDistribution
+from optuna.samplers import BaseSampler
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner import budget, knobs, model
+from tuner.search import _surrogate as surrogate
+from tuner.search._grid import MODEL_KNOBS, ModelGrid
+from tuner.search._screening import PRIOR_MEMORY_MARGIN
+from tuner.search._space import distribution
+from tuner.spec import StudySpec, complete_params
+from tuner.storage import study_storage, trial_id
+
+__all__ = ["ModelGuidedSampler", "top_prediction", "MODEL_KNOBS"]
+
+PRIOR_RESIDUAL_SD = 0.15
+"""Log-residual spread of the model before this study has measured enough to say: helper's
+validation against published figures is within ~10-20% (docs/validation.md)."""
+MAX_BUILD_SHARE = 0.125
+"""A warm worker keeps its model (picks only configs that need no rebuild) until that
+model's set-up is at most this share of the seconds run on it: rent-or-buy over rebuilds.
+Issue 15's target is set-up at most a quarter of trial GPU time; rebuilds get half of it, the
+rest goes to every trial's data-loader set-up, fresh workers and the ablation's reverts
+(7B x 32 sim: 0.25 gave 31 %, 0.125 gives 24 %, docs/benchmarks.md)."""
+NOISE_SD = 0.02
+"""Log sd of one trial's mean: the sim's 1% run-to-run offset plus a 2% CI target."""
+
+
+def _predict(grid: ModelGrid, idx: np.ndarray, constants: dict[str, float], mean_tokens: float) -> np.ndarray:
+    """Calibrated model tokens/s/GPU for candidates ``idx`` (0 where NCCL cannot run them)."""
+    out = np.zeros(len(idx))
+    memo: dict[int, float] = {}
+    for j, i in enumerate(idx):
+        got = grid.plan(int(i), mean_tokens)
+        if got is None:
+            continue
+        plan, _ = got
+        if id(plan) not in memo:
+            memo[id(plan)] = model.breakdown(plan, constants)["tokens_per_sec_per_gpu"]
+        out[j] = memo[id(plan)]
+    return out
+
+
+class ModelGuidedSampler(BaseSampler):
+    """Expected improvement under helper's model, refitted to the study after every trial.
+
+    Args:
+        spec: the study spec (its model, cluster and space).
+        seed: seed of the TPE fallback (the model's picks are deterministic).
+        n_startup: diverse top predictions before expected improvement takes over.
+        fallback: sampler for knobs the model does not know (default: TPE, multivariate).
+
+    Example:
+        >>> sampler = ModelGuidedSampler(load_spec("studies/sim-llama13b-h100x8.toml"))  # doctest: +SKIP
+        >>> study = optuna.create_study(direction="maximize", sampler=sampler)          # doctest: +SKIP
+    """
+
+    def __init__(self, spec: StudySpec, *, seed: int = 0, n_startup: int = 3,
+                 fallback: BaseSampler | None = None) -> None:
+        self._spec, self._n_startup = spec, n_startup
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            self._fallback = fallback or optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
+                                                                    constant_liar=True)
+        self._grid: ModelGrid | None = None
+        self._calibration: dict[str, Any] | None = None  # the last refit (warm start)
+        self.worker: budget.Worker | None = None
+        """This coordinator's resident worker as its last finished trial left it (after_trial:
+        Optuna calls it in the process that tells the trial, so parallel coordinators each see
+        their own); None: the next trial starts one. A new coordinator starts with none up."""
+
+    @property
+    def grid(self) -> ModelGrid:
+        if self._grid is None:
+            self._grid = ModelGrid(self._spec)
+        return self._grid
+
+    def reseed_rng(self) -> None:
+        self._fallback.reseed_rng()
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        return {n: distribution(self._spec.knob(n)) for n in self.grid.names}
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        return self._fallback.sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self._fallback.before_trial(study, trial)
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
+                    values: list[float] | None) -> None:
+        self._fallback.after_trial(study, trial, state, values)
+        if self._spec.trial.resident:
+            self.worker = budget.worker_after(self.worker, trial.params, trial.user_attrs)
+
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        if not search_space:
+            return {}
+        choice = self.propose(study.get_trials(deepcopy=False), exclude_number=trial.number,
+                              fixed=trial.system_attrs.get("fixed_params"))
+        if choice is None:
+            return {}
+        params, attrs = choice
+        storage = study_storage(study)
+        for key, value in attrs.items():
+            storage.set_trial_user_attr(trial_id(trial), key, value)
+        return params
+
+    # ------------------------------------------------------------------ the decision, testable
+    def propose(self, trials: list[FrozenTrial], *, exclude_number: int | None = None,
+                fixed: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """(params of the known knobs, user attrs to record) for the next trial, or None."""
+        grid, spec = self.grid, self._spec
+        ok = [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("status") == "ok"
+              and t.value is not None and t.value > 0]
+        mean_tokens = model.mean_tokens(spec, ok)
+        constants, self._calibration = model.calibrated_constants(spec, ok, mean_tokens, self._calibration)
+        alive = np.array([not (p is not None and p[1]) for p in grid.nccl])  # certain NCCL failures out
+        obs_idx, obs_y, pending = [], [], []
+        bad_nccl = set()
+        for t in trials:
+            if t.number == exclude_number:
+                continue
+            i = grid.index.get(grid.key_of_trial(t.params)) if t.params else None
+            status = t.user_attrs.get("status")
+            if status == "error" or (status == "pruned" and "NCCL" in str(t.user_attrs.get("message", ""))):
+                full = complete_params(t.params, spec)
+                bad_nccl.add((str(full.get("nccl_algo")), str(full.get("nccl_proto"))))
+            if i is None:
+                continue
+            if t.state == TrialState.RUNNING:
+                pending.append(i)
+            elif t.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED):
+                alive[i] = False
+                if t in ok:
+                    obs_idx.append(i)
+                    obs_y.append(math.log(t.value))
+        for i in pending:
+            alive[i] = False
+        if bad_nccl:
+            for i, f in enumerate(grid.full):
+                if (str(f.get("nccl_algo")), str(f.get("nccl_proto"))) in bad_nccl and grid.nccl[i] is not None:
+                    alive[i] = False
+
+        # memory: the ratio measured/predicted peak, and configs dominated by an OOM
+        capacity = _capacity(spec)
+        ratios = [math.log(t.user_attrs["peak_mem_gib"] * 2**30 / 1e9 / grid.mem_gb[i])
+                  for t in ok if (i := grid.index.get(grid.key_of_trial(t.params))) is not None
+                  and t.user_attrs.get("peak_mem_gib") and grid.mem_gb[i] > 0]
+        lr_mean = float(np.mean(ratios)) if ratios else 0.0
+        lr_sd = max(0.05, float(np.std(ratios)) * 1.5) if len(ratios) >= 2 else 0.10
+        low = 0.95 * math.exp(min(ratios)) if ratios else 1 / PRIOR_MEMORY_MARGIN
+        alive &= grid.mem_gb * low <= capacity
+        for t in trials:
+            if t.state == TrialState.COMPLETE and t.user_attrs.get("status") == "oom":
+                i = grid.index.get(grid.key_of_trial(t.params))
+                if i is None:
+                    continue
+                mb, ckpt, accum, pad = grid.memory_traits
+                dominated = ((grid.mem_gb >= grid.mem_gb[i]) & (mb >= mb[i]) & (~ckpt | ckpt[i])
+                             & (accum == accum[i]) & (pad == pad[i]))
+                alive &= ~dominated
+        p_fit = surrogate.prob_fits(grid.mem_gb, capacity, lr_mean, lr_sd)
+        p_nccl = np.array([0.5 if (p is not None and not p[1]) else 1.0 for p in grid.nccl])
+
+        if fixed is not None:  # an enqueued trial (the baseline): say what the model expected
+            i = grid.index.get(grid.key_of_trial(fixed))
+            if i is None:
+                return None
+            idx = np.array([i])
+        else:
+            idx = np.flatnonzero(alive)
+            if len(idx) == 0:
+                return None
+        pred = _predict(grid, np.concatenate([np.array(obs_idx, dtype=int), idx]), constants, mean_tokens)
+        pred_obs, pred_c = pred[: len(obs_idx)], pred[len(obs_idx):]
+        keep = pred_c > 0
+        idx, pred_c = idx[keep], pred_c[keep]
+        if len(idx) == 0:
+            return None
+        good = pred_obs > 0
+        x_obs = grid.codes[np.array(obs_idx, dtype=int)[good]] if obs_idx else grid.codes[:0]
+        r_obs = np.array(obs_y)[good] - np.log(pred_obs[good]) if obs_idx else np.zeros(0)
+        signal = PRIOR_RESIDUAL_SD if len(r_obs) < 3 else float(np.clip(1.25 * np.sqrt(np.mean(r_obs**2)), 0.03, 0.3))
+        if pending:  # constant liar: a running config counts as measured at its predicted value
+            m_p, _ = surrogate.residual_gp(x_obs, r_obs, grid.codes[pending], signal_sd=signal, noise_sd=NOISE_SD)
+            x_obs, r_obs = np.vstack([x_obs, grid.codes[pending]]), np.concatenate([r_obs, m_p])
+        m_r, sd = surrogate.residual_gp(x_obs, r_obs, grid.codes[idx], signal_sd=signal, noise_sd=NOISE_SD)
+        mu = np.log(pred_c) + m_r
+        weight = p_fit[idx] * p_nccl[idx]
+        seconds, levels = self._trial_seconds(trials, ok, idx, mu, mean_tokens)
+        weight = weight * self._prob_within_cap(trials, seconds, levels, sd)
+        n_picked = sum(1 for t in trials if t.user_attrs.get("model_pick") in ("startup", "ei", "ei_per_cost"))
+        if fixed is not None:
+            j, how = 0, "enqueued"
+        elif n_picked < self._n_startup or not obs_y:
+            taken = grid.codes[np.array(obs_idx + pending, dtype=int)] if obs_idx or pending else grid.codes[:0]
+            j, how = surrogate.diverse_top(mu + np.log(np.maximum(weight, 1e-9)), grid.codes[idx], taken), "startup"
+        else:  # expected improvement per expected second of the trial (its GPUs are fixed)
+            ei = surrogate.expected_improvement(mu, sd, max(obs_y)) * weight
+            acq = ei / seconds
+            j, how = int(np.argmax(acq)), "ei_per_cost"
+            keep = levels < knobs.RECONFIGURE.index("model")
+            if (self._spec.trial.resident and self.worker is not None and levels[j] >= knobs.RECONFIGURE.index("model")
+                    and self.worker.keeps_model(MAX_BUILD_SHARE) and np.any(keep & (acq > 0))):
+                j, how = int(np.argmax(np.where(keep, acq, -1.0))), "ei_per_cost_same_model"
+        params = dict(grid.configs[int(idx[j])])
+        attrs = {"predicted_tokens_per_sec_per_gpu": round(float(math.exp(mu[j])), 1),
+                 "predicted_rel_sd": round(float(sd[j]), 4), "model_pick": how, "model_calibrated_on": len(ok),
+                 "model_switch": knobs.RECONFIGURE[int(levels[j])], "predicted_trial_seconds": round(float(seconds[j]), 1)}
+        return params, attrs
+
+    def _prob_within_cap(self, trials: list[FrozenTrial], seconds: np.ndarray, levels: np.ndarray,
+                         sd: np.ndarray) -> np.ndarray:
+        """P(each candidate finishes within the cap admission will give it): budget.CAP_FACTOR x
+        the larger of the coordinator's estimate (budget.estimate_from_trials, warm when this
+        coordinator's worker is up) and the costliest ok trial (budget.cap_basis; the first
+        estimate before one), over the world size. A trial stopped at its cap measures nothing and, in
+        a resident worker, ends it. The step time scales as exp(-mu), mu ~ N(mu, sd): the trial
+        fits when mu >= log(step seconds x exp(mu) / (cap - set-up)). Candidates well inside the
+        cap get 1 (the pick is unchanged); one whose set-up alone exceeds it gets 0."""
+        spec = self._spec
+        warm = spec.trial.resident and self.worker is not None
+        first = spec.first_estimate_gpu_seconds
+        estimate = budget.estimate_from_trials(trials, first_estimate_gpu_seconds=first, warm=warm)
+        costliest = budget.cap_basis(trials, first_estimate_gpu_seconds=first)
+        cap_s = budget.CAP_FACTOR * budget.trial_cap_basis(estimate, costliest) / spec.cluster.world_size
+        setup = self._setup_by_level(trials)[levels]
+        run_s = np.maximum(seconds - setup, 1e-9)
+        room = cap_s - setup
+        with np.errstate(divide="ignore"):
+            z = (np.log(np.maximum(room, 0.0)) - np.log(run_s)) / np.maximum(sd, 1e-6)
+        return scipy.stats.norm.cdf(z)
+
+    def _setup_by_level(self, trials: list[FrozenTrial]) -> np.ndarray:
+        c = self._spec.cluster
+        parts = model.startup_parts(self._spec.model.preset, world_size=c.world_size, gpu=c.gpu,
+                                    gpus_per_node=c.gpus_per_node)
+        setup = budget.setup_seconds_by_level(parts, trials)
+        return np.array([setup[lv] for lv in knobs.RECONFIGURE])
+
+    def _trial_seconds(self, trials: list[FrozenTrial], ok: list[FrozenTrial], idx: np.ndarray, mu: np.ndarray,
+                       mean_tokens: float) -> tuple[np.ndarray, np.ndarray]:
+        """(expected seconds, reconfiguration level) of running each candidate next: the set-up
+        its switch needs from this coordinator's worker (all pay a start-up when trials are
+        cold or no worker is up; tuner.budget, measured in this study where it has), then
+        warm-up and measured steps at its predicted step time (mean steps of recent ok trials)."""
+        t = self._spec.trial
+        levels = self.grid.switch_levels(self.worker if t.resident else None)[idx]
+        process = knobs.RECONFIGURE.index("process")
+        searched = [len(s.intermediate_values) for s in ok if not s.user_attrs.get("role")][-budget.RECENT:]
+        steps = float(np.mean(searched)) if searched else float(t.measure_steps)
+        warmup = np.where(levels < process, min(t.warmup_steps, t.warm_warmup_steps), t.warmup_steps)
+        step_s = self.grid.tokens_per_gpu_step(mean_tokens)[idx] / np.exp(mu)
+        return self._setup_by_level(trials)[levels] + (warmup + steps) * step_s, levels
+
+
+def _capacity(spec: StudySpec) -> float:
+    return model.gpu_memory_gb(spec.cluster.gpu)
+
+
+def top_prediction(spec: StudySpec) -> dict[str, Any]:
+    """helper's best config for the spec with no trial run ("model only"): the highest
+    prediction of the shipped calibration among configs it says run and fit (complete params)."""
+    grid = ModelGrid(spec)
+    idx = np.array([i for i in range(len(grid.configs))
+                    if grid.nccl[i] is None and grid.mem_gb[i] <= _capacity(spec)])
+    pred = _predict(grid, idx, model.default_constants(spec.cluster.gpu), float(model.DEFAULT_MEAN_TOKENS_PER_EXAMPLE))
+    return grid.full[int(idx[int(np.argmax(pred))])]

@@ -1,0 +1,111 @@
+"""Statistics of a study, as pure functions: trials in, numbers out.
+
+A trial's tokens-over-time CI under a pooled noise model, configs pooled with run-to-run
+variation, failure rates, knob importance, the ablation's effects and the recommendation
+(docs/statistics.md). :func:`study_record` is the one place that reads Optuna objects;
+nothing here writes a study, a file or a plot.
+
+Example:
+    >>> holm([0.01, 0.04, 0.03])
+    [True, False, False]
+"""
+
+from tuner.stats._analysis import (
+    analyze_record,
+    analyze_study,
+    format_summary,
+    mean_ci,
+    ratio_ci,
+    write_analysis,
+)
+from tuner.stats._configs import (
+    config_estimate,
+    holm,
+    ratio_estimate,
+    run_groups,
+    run_to_run_variance,
+)
+from tuner.stats._failures import (
+    config_failure,
+    config_key,
+    failure_model,
+    failure_rate,
+    level_failures,
+)
+from tuner.stats._importance import (
+    knob_importance,
+)
+from tuner.stats._recommend import (
+    recommend,
+)
+from tuner.stats._record import (
+    ROLE_ATTRS,
+    StudyRecord,
+    TrialRecord,
+    study_record,
+    trial_records,
+    trial_status,
+)
+from tuner.stats._runoff import (
+    MAX_ROUNDS,
+    MIN_SURROGATE_SD,
+    RUNOFF,
+    pick_finalists,
+    ranked_remeasured,
+    round_estimates,
+    runoff_rounds,
+    surrogate_spread,
+)
+from tuner.stats._smoothing import (
+    smoothed_values,
+)
+from tuner.stats._trial_ci import (
+    mser_start,
+    ratio_of_sums,
+    study_noise,
+    study_trial_cis,
+    trial_ci,
+    trial_cis,
+)
+
+__all__ = [
+    "MAX_ROUNDS",
+    "MIN_SURROGATE_SD",
+    "ROLE_ATTRS",
+    "RUNOFF",
+    "StudyRecord",
+    "TrialRecord",
+    "analyze_record",
+    "analyze_study",
+    "config_estimate",
+    "config_failure",
+    "config_key",
+    "failure_model",
+    "failure_rate",
+    "format_summary",
+    "holm",
+    "knob_importance",
+    "level_failures",
+    "mean_ci",
+    "mser_start",
+    "pick_finalists",
+    "ranked_remeasured",
+    "ratio_ci",
+    "ratio_estimate",
+    "ratio_of_sums",
+    "recommend",
+    "round_estimates",
+    "run_groups",
+    "run_to_run_variance",
+    "runoff_rounds",
+    "smoothed_values",
+    "study_noise",
+    "study_record",
+    "study_trial_cis",
+    "surrogate_spread",
+    "trial_ci",
+    "trial_cis",
+    "trial_records",
+    "trial_status",
+    "write_analysis",
+]

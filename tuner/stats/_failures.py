@@ -1,0 +1,123 @@
+"""How often configs fail: per knob level and per config, with exact binomial CIs.
+
+A run is a *failure of its config* when its status is `oom`, `timeout` or `error`. Any other
+status that is not `ok` (`fail`: the coordinator died; `skipped`, `pruned`,
+`stopped_by_budget`: never ran or was stopped by the tuner) says nothing about the config and
+is left out of both the numerator and the denominator. CIs are Clopper-Pearson
+(``scipy.stats.binomtest(...).proportion_ci(method="exact")``).
+
+A config's failure probability is estimated from every run of the study, not only its own
+(one success at a level that fails most of the time proves little): a logistic regression of
+failure on the knobs' levels (one-hot, L2-penalised; scikit-learn), which separates a level
+that fails from levels that merely ran alongside it, gives a prior; the config's own runs
+update it as ``PRIOR_RUNS`` pseudo-runs would (a beta-binomial posterior mean), leaving out
+the search run that put the config on the shortlist (it succeeded by selection). A config is
+**flaky** when that estimate is at least ``FLAKY_FAILURE_RATE``; a failed re-measurement thus
+demotes the config it re-measured.
+
+Example:
+    >>> failure_rate(3, 12)["rate"]
+    0.25
+    >>> failure_rate(3, 12)["ci95"][0] < 0.25 < failure_rate(3, 12)["ci95"][1]
+    True
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tuner.stats._record import TrialRecord
+
+__all__ = ["FAILURE_STATUSES", "FLAKY_FAILURE_RATE", "failure_rate", "level_failures", "config_failure",
+           "is_failure", "is_attempt", "config_key", "failure_model"]
+
+FAILURE_STATUSES = ("oom", "timeout", "error")
+FLAKY_FAILURE_RATE = 0.25
+"""A config failing this often is never recommended silently (issue 12)."""
+MIN_LEVEL_RUNS = 4
+PRIOR_RUNS = 4.0
+"""Weight of the study-wide failure model against a config's own runs, in runs."""
+
+
+def is_failure(t: TrialRecord) -> bool:
+    return t.state == "COMPLETE" and t.status in FAILURE_STATUSES
+
+
+def is_attempt(t: TrialRecord) -> bool:
+    """A run that tells whether its config works: ok, or a failure of the config."""
+    return t.state == "COMPLETE" and (t.status == "ok" or t.status in FAILURE_STATUSES)
+
+
+def config_key(params: dict[str, Any]) -> str:
+    return json.dumps(params, sort_keys=True, default=str)
+
+
+def failure_rate(failures: int, runs: int) -> dict[str, Any]:
+    """{"failures", "runs", "rate", "ci95"} with a Clopper-Pearson interval; rate None if no run."""
+    from scipy import stats
+
+    if runs <= 0:
+        return {"failures": 0, "runs": 0, "rate": None, "ci95": None}
+    ci = stats.binomtest(failures, runs).proportion_ci(confidence_level=0.95, method="exact")
+    return {"failures": failures, "runs": runs, "rate": failures / runs, "ci95": [float(ci.low), float(ci.high)]}
+
+
+def _level(value: Any) -> str:
+    return "n/a" if value is None else json.dumps(value)
+
+
+def level_failures(trials: Sequence[TrialRecord], knobs: Sequence[str]) -> dict[str, dict[str, dict[str, Any]]]:
+    """knob -> level -> failure_rate over every attempt (search, baseline, ablation runs)."""
+    runs = [t for t in trials if is_attempt(t)]
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for k in knobs:
+        levels: dict[str, list[TrialRecord]] = {}
+        for t in runs:
+            levels.setdefault(_level(t.params.get(k)), []).append(t)
+        out[k] = {lv: failure_rate(sum(is_failure(t) for t in ts), len(ts)) for lv, ts in sorted(levels.items())}
+    return out
+
+
+def failure_model(trials: Sequence[TrialRecord], knobs: Sequence[str]):
+    """A function params -> the study-wide failure probability of that config (see the module doc)."""
+    runs = [t for t in trials if is_attempt(t)]
+    y = np.array([is_failure(t) for t in runs], float)
+    if not runs or y.sum() == 0 or y.sum() == len(y):
+        rate = float(y.mean()) if runs else 0.0
+        return lambda params: rate
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import OneHotEncoder
+
+    def rows(items: Sequence[dict[str, Any]]) -> list[list[str]]:
+        return [[_level(p.get(k)) for k in knobs] for p in items]
+
+    enc = OneHotEncoder(handle_unknown="ignore").fit(rows([t.params for t in runs]))
+    model = LogisticRegression(C=10.0, max_iter=1000).fit(enc.transform(rows([t.params for t in runs])), y)
+    return lambda params: float(model.predict_proba(enc.transform(rows([params])))[0, 1])
+
+
+def config_failure(params: dict[str, Any], trials: Sequence[TrialRecord],
+                   levels: dict[str, dict[str, dict[str, Any]]], model=None) -> dict[str, Any]:
+    """A config's own failure rate, the study-wide model's estimate, the combined estimate,
+    the worst of its levels (for the report), and whether it is flaky."""
+    key = config_key(params)
+    own_runs = [t for t in trials if is_attempt(t) and config_key(t.params) == key]
+    # the search run that put a config on the shortlist succeeded by selection: it is no
+    # evidence of reliability
+    first_ok = next((t for t in own_runs if t.status == "ok" and t.role is None), None)
+    own_runs = [t for t in own_runs if t is not first_ok]
+    n_fail = sum(is_failure(t) for t in own_runs)
+    own = failure_rate(n_fail, len(own_runs))
+    prior = model(params) if model is not None else 0.0
+    estimate = (n_fail + PRIOR_RUNS * prior) / (len(own_runs) + PRIOR_RUNS)
+    worst = None
+    for k, by_level in levels.items():
+        d = by_level.get(_level(params.get(k)))
+        if d and d["runs"] >= MIN_LEVEL_RUNS and (worst is None or d["rate"] > worst["rate"]):
+            worst = {"knob": k, "level": _level(params.get(k)), **d}
+    return {"own": own, "model": prior, "worst_level": worst, "estimate": estimate,
+            "flaky": estimate >= FLAKY_FAILURE_RATE}

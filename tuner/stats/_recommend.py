@@ -1,0 +1,186 @@
+"""The recommendation, its speedup, the ablation's effects and "what matters", from run-level CIs.
+
+Pure functions over TrialRecords and each ok run's tokens-over-time CI ({"mean", "se", "df"},
+tuner.stats). How configs are pooled and compared: tuner.stats. Failure rates:
+tuner.stats.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tuner.stats._configs import RunCIs, config_estimate, holm, ratio_estimate
+from tuner.stats._failures import config_failure, config_key, failure_model, is_attempt, is_failure
+from tuner.stats._record import TrialRecord
+from tuner.stats._runoff import RUNOFF, ranked_remeasured
+from tuner.stats._smoothing import smoothed_values
+
+__all__ = ["recommend", "ablation_effects", "what_matters"]
+
+
+
+def _public(d: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if d is None else {"mean": d["mean"], "ci95": d["ci95"]}
+
+
+def _is_remeasure(t: TrialRecord) -> bool:
+    return t.role == "ablation" and t.ablation_knob is None
+
+
+def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df: int,
+              levels: dict[str, dict[str, dict[str, Any]]], baseline: TrialRecord | None) -> dict[str, Any] | None:
+    """The best reliable config (analysis.json's ``best``), chosen on re-measurements where any
+    exist, with its speedup over the baseline config; beside it the faster flaky one and the
+    fastest reliable config found after the ablation round, hence not re-measured, whose search
+    run beat the recommendation's (``faster_not_remeasured``)."""
+    search = [t for t in trials if t.role != "ablation" and t.number in cis]
+    if not search:
+        return None
+    by_config: dict[str, dict[str, Any]] = {}
+    for t in trials:
+        if t.role == "ablation" and t.ablation_knob is not None:
+            continue
+        d = by_config.setdefault(config_key(t.params), {"params": t.params, "search": [], "remeasure": [],
+                                                        "first_trial": None})
+        if t.number in cis:
+            (d["remeasure"] if _is_remeasure(t) else d["search"]).append(t)
+            if not _is_remeasure(t) and d["first_trial"] is None:
+                d["first_trial"] = t.number
+    fail_model = failure_model(trials, list(levels))
+    est = lambda runs: config_estimate([cis[t.number] for t in runs], tau2=tau2, tau_df=tau_df)  # noqa: E731
+    rows = []
+    for key, d in by_config.items():
+        if not d["search"] and not d["remeasure"]:
+            continue
+        remeasured = est(d["remeasure"]) if d["remeasure"] else None
+        # a remeasure failure counts as a failure of the config (tuner.stats)
+        rows.append({"key": key, "params": d["params"], "remeasured": remeasured,
+                     "search": est(d["search"] or d["remeasure"]), "first_trial": d["first_trial"],
+                     "remeasure_trials": [t.number for t in d["remeasure"]],
+                     "failure": config_failure(d["params"], trials, levels, fail_model)})
+    score = lambda r: (r["remeasured"] or r["search"])["mean"]  # noqa: E731
+    reliable = [r for r in rows if not r["failure"]["flaky"]]
+    remeasured = [r for r in reliable if r["remeasured"]]
+    # the winner's curse: only a re-measured config is recommended, and re-measured configs (of
+    # every ablation round) are compared on the surrogate fitted to every run, re-measurements and
+    # reverts included (tuner.stats): near the optimum they differ by less than one run's
+    # noise, which one or two re-measurements each cannot resolve (docs/statistics.md, section 2)
+    # a runoff (tuner.stats) measured the finalists again: the finalist whose re-measurements,
+    # shrunk toward the search's surrogate as far as it has earned, read highest
+    finalists = {config_key(t.params) for t in trials if _is_remeasure(t) and t.remeasure == RUNOFF}
+    if remeasured and finalists & {r["key"] for r in remeasured}:
+        ranked = ranked_remeasured({r["key"]: r["remeasured"] for r in remeasured},
+                                   smoothed_values(trials, list(levels)))
+        first = next(k for k, _ in ranked if k in finalists)
+        chosen = next(r for r in remeasured if r["key"] == first)
+    elif remeasured:
+        smoothed = smoothed_values(trials, list(levels), ablation_runs=True)
+        chosen = max(remeasured, key=lambda r: (smoothed.get(r["key"], 0.0), score(r)))
+    else:  # no re-measurement: the search's smoothed estimate (tuner.stats), not its luckiest run
+        smoothed = smoothed_values(trials, list(levels))
+        chosen = max(reliable or rows, key=lambda r: (smoothed.get(r["key"], 0.0), r["search"]["mean"]))
+    any_remeasured = chosen["remeasured"] is not None
+    base_est = None
+    if baseline is not None:
+        base_runs = [t for t in trials if t.number in cis and config_key(t.params) == config_key(baseline.params)
+                     and (t.role != "ablation" or t.ablation_knob is None)]
+        base_est = est(base_runs)
+    measured = chosen["remeasured"] or chosen["search"]
+    same_as_base = baseline is not None and chosen["key"] == config_key(baseline.params)
+    speedup = None if same_as_base else ratio_estimate(measured, base_est)
+    flaky_faster = next((r for r in sorted(rows, key=score, reverse=True) if r["failure"]["flaky"]
+                         and (r["remeasured"] or r["search"])["mean"] > measured["mean"]), None)
+    # the search goes on after the ablation with what the ablation's share left (tuner.budget):
+    # a config it found is not re-measured. It is never recommended over re-measured ones on one
+    # search run (the winner's curse), but one that beat the recommendation's own search run is
+    # shown beside it (search run against search run: both read high alike)
+    # an extended study plans its ablation again for its new best (tuner.study): the latest round counts
+    latest = max((t.ablation_round or 1 for t in trials if _is_remeasure(t)), default=1)
+    ablation_start = min((t.number for t in trials if t.role == "ablation" and (t.ablation_round or 1) == latest),
+                         default=None)
+    unverified = [r for r in reliable if chosen["remeasured"] is not None and r["remeasured"] is None
+                  and ablation_start is not None and r["first_trial"] is not None and r["first_trial"] > ablation_start
+                  and r["key"] != chosen["key"] and r["search"]["mean"] > chosen["search"]["mean"]]
+    faster_unverified = max(unverified, key=lambda r: r["search"]["mean"]) if unverified else None
+    trial = chosen["first_trial"] if chosen["first_trial"] is not None else chosen["remeasure_trials"][0]
+    return {"trial": trial, "params": chosen["params"], "tokens_per_sec_per_gpu": _public(measured),
+            "speedup_vs_baseline": _public(speedup),
+            "search_tokens_per_sec_per_gpu": _public(chosen["search"]),
+            "winners_curse_adjusted": chosen["remeasured"] is not None,
+            "measured_by_trial": chosen["remeasure_trials"][0] if chosen["remeasured"] else trial,
+            "remeasure_trials": chosen["remeasure_trials"], "n_runs": measured["n_runs"],
+            "failure": chosen["failure"],
+            "chosen_on": ("runoff re-measurements" if chosen["key"] in finalists else "re-measurements")
+            if any_remeasured else "search trials (not re-measured)",
+            "reliable": not chosen["failure"]["flaky"],
+            "faster_but_flaky": None if flaky_faster is None else {
+                "trial": flaky_faster["first_trial"], "params": flaky_faster["params"],
+                "tokens_per_sec_per_gpu": _public(flaky_faster["remeasured"] or flaky_faster["search"]),
+                "failure": flaky_faster["failure"]},
+            "faster_not_remeasured": None if faster_unverified is None else {
+                "trial": faster_unverified["first_trial"], "params": faster_unverified["params"],
+                "tokens_per_sec_per_gpu": _public(faster_unverified["search"]),
+                "vs_recommended_in_search": _public(ratio_estimate(faster_unverified["search"], chosen["search"])),
+                "n_runs": faster_unverified["search"]["n_runs"]},
+            "baseline_estimate": _public(base_est)}
+
+
+def ablation_effects(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df: int,
+                     baseline_params: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Each knob's worth: re-measured reference / its one-knob revert - 1, CIs with run-to-run
+    variation, Holm-corrected significance; failed runs listed (a failed revert is a failure)."""
+    # an extended study plans its ablation again for its new best (tuner.study): the latest round counts
+    latest = max((t.ablation_round or 1 for t in trials if t.role == "ablation"), default=1)
+    abl = [t for t in trials if t.role == "ablation" and t.state == "COMPLETE" and (t.ablation_round or 1) == latest]
+    reverts = [t for t in abl if t.ablation_knob is not None]
+    if not reverts:
+        return None
+    ref_params = next((t.params for t in abl if t.ablation_knob is None and t.status == "ok" and t.number in cis),
+                      None)
+    ref_runs = [t for t in abl if _is_remeasure(t) and ref_params is not None
+                and config_key(t.params) == config_key(ref_params) and t.number in cis]
+    ref = config_estimate([cis[t.number] for t in ref_runs], tau2=tau2, tau_df=tau_df) if ref_runs else None
+    effects = []
+    for t in reverts:
+        if t.number not in cis or ref is None:
+            continue
+        r = ratio_estimate(ref, config_estimate([cis[t.number]], tau2=tau2, tau_df=tau_df))
+        if r is None:
+            continue
+        knob = t.ablation_knob
+        effects.append({"knob": knob, "best_value": (ref_params or {}).get(knob),
+                        "baseline_value": (baseline_params or {}).get(knob, t.params.get(knob)),
+                        "impact": r["mean"] - 1, "ci95": [r["ci95"][0] - 1, r["ci95"][1] - 1],
+                        "p_value": r["p_value"], "trial": t.number})
+    for e, sig in zip(effects, holm([e["p_value"] for e in effects])):
+        e["significant"] = sig
+    failed = [{"knob": t.ablation_knob, "status": t.status, "trial": t.number,
+               "remeasure": t.ablation_knob is None}
+              for t in abl if is_attempt(t) and is_failure(t)]
+    return {"best_remeasured": {"trial": ref_runs[0].number if ref_runs else None,
+                                "tokens_per_sec_per_gpu": _public(ref)},
+            "knobs": sorted(effects, key=lambda e: -e["impact"]), "failed": failed,
+            "multiplicity": "Holm step-down over the ablated knobs, family-wise 5%"}
+
+
+def what_matters(importance: Sequence[dict[str, Any]], ablation: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Knobs to list under "What matters", ranked: first those whose re-measured ablation
+    effect is significant after Holm (by size), then knobs not ablated whose total index
+    beats the placebo (by index). A knob whose ablation found no significant effect, or whose
+    index does not beat the placebo, is not listed.
+
+    An ablated knob needs both pieces of evidence when both exist: its Holm-significant revert
+    is one run against the re-measured best, so a knob without an effect clears Holm in about 1%
+    of studies (docs/statistics.md, section 5); it is listed only if the search's importance
+    did not find it indistinguishable from the placebo (``matters`` not False). Such knobs are
+    shown apart by the report (``ablation_only``)."""
+    abl = {e["knob"]: e for e in (ablation or {}).get("knobs", [])}
+    placebo_like = {d["knob"] for d in importance if d.get("matters") is False}
+    rows = [{"knob": k, "source": "ablation", "impact": e["impact"], "ci95": e["ci95"]}
+            for k, e in sorted(abl.items(), key=lambda kv: -abs(kv[1]["impact"]))
+            if e["significant"] and k not in placebo_like]
+    for d in importance:
+        if d["knob"] not in abl and d.get("matters"):
+            rows.append({"knob": d["knob"], "source": "importance", "total": d["total"], "ci95": d["ci95"]})
+    return rows

@@ -1,0 +1,58 @@
+"""The study's storage: the one factory, admission locks, retries through outages, and the
+one module that touches Optuna's private attributes.
+
+Knows nothing of knobs. ``--storage`` beats ``$TUNER_STORAGE``, which beats
+``sqlite:///tuner.db``.
+
+Example:
+    >>> redact_url("postgresql+psycopg2://tuner:secret@db:5432/tuner")
+    'postgresql+psycopg2://tuner:***@db:5432/tuner'
+"""
+
+from tuner.storage._optuna_internals import (
+    StudyView,
+    missing_internals,
+    rdb_storage,
+    study_storage,
+    trial_id,
+)
+from tuner.storage._storage import (
+    DEFAULT_STORAGE,
+    GRACE_PERIOD_S,
+    HEARTBEAT_INTERVAL_S,
+    MAX_OVERFLOW,
+    OUTAGE_S,
+    POOL_SIZE,
+    StorageError,
+    admission_lock,
+    open_storage,
+    redact_url,
+    resolve_storage_url,
+    retry_notes,
+    with_retries,
+)
+from tuner.storage._unrun import (
+    end_unrun,
+)
+
+__all__ = [
+    "DEFAULT_STORAGE",
+    "GRACE_PERIOD_S",
+    "HEARTBEAT_INTERVAL_S",
+    "MAX_OVERFLOW",
+    "OUTAGE_S",
+    "POOL_SIZE",
+    "StorageError",
+    "StudyView",
+    "admission_lock",
+    "end_unrun",
+    "missing_internals",
+    "open_storage",
+    "rdb_storage",
+    "redact_url",
+    "resolve_storage_url",
+    "retry_notes",
+    "study_storage",
+    "trial_id",
+    "with_retries",
+]

@@ -1,0 +1,341 @@
+"""The one storage factory: URL resolution, RDB storage with heartbeats, admission locks.
+
+Storage precedence: ``--storage`` beats ``TUNER_STORAGE``, which beats ``sqlite:///tuner.db``.
+A bad or unreachable storage raises :class:`StorageError` with one line that names it, within
+seconds, and writes nothing.
+
+Connections (PostgreSQL, MySQL): one storage per process, one idle connection, at most
+``POOL_SIZE + MAX_OVERFLOW`` at once (admission lock + session + heartbeat thread), each
+named ``tuner`` in ``pg_stat_activity``. Size the server's ``max_connections`` for about four
+per coordinator at peak (docker-compose.yml sets 400).
+
+Example:
+    >>> url = resolve_storage_url(None, environ={})
+    >>> url
+    'sqlite:///tuner.db'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import random
+import re
+import threading
+import time
+import warnings
+import zlib
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import optuna
+import sqlalchemy
+import sqlalchemy.exc
+import sqlalchemy.pool
+
+from tuner.errors import StorageError
+from tuner.storage._optuna_internals import HeartbeatRDBStorage
+
+__all__ = [
+    "DEFAULT_STORAGE", "StorageError", "resolve_storage_url", "open_storage",
+    "admission_lock", "with_retries", "retry_notes", "redact_url", "OUTAGE_S",
+]
+
+DEFAULT_STORAGE = "sqlite:///tuner.db"
+T = TypeVar("T")
+
+# Coordinators beat every HEARTBEAT_INTERVAL_S seconds while a trial runs; a trial whose
+# beat is older than GRACE_PERIOD_S is stale (its coordinator died) and becomes FAIL.
+HEARTBEAT_INTERVAL_S = 10
+GRACE_PERIOD_S = 60
+
+# Many coordinators must not exhaust the server's max_connections (optuna/optuna#1347): each
+# keeps one connection idle; admission briefly needs a second (the advisory lock's session
+# beside Optuna's) and the heartbeat thread a third.
+POOL_SIZE = 1
+MAX_OVERFLOW = 3
+CONNECT_TIMEOUT_S = 4  # per address; `localhost` may try ::1 then 127.0.0.1: still < 10 s
+
+
+def resolve_storage_url(flag: str | None, *, environ: Mapping[str, str] | None = None) -> str:
+    """``--storage`` beats ``$TUNER_STORAGE`` beats :data:`DEFAULT_STORAGE`.
+
+    Example:
+        >>> resolve_storage_url(None, environ={"TUNER_STORAGE": "postgresql://h/db"})
+        'postgresql://h/db'
+    """
+    environ = os.environ if environ is None else environ
+    return flag or environ.get("TUNER_STORAGE") or DEFAULT_STORAGE
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password replaced by ***, for messages.
+
+    Example:
+        >>> redact_url("postgresql+psycopg2://tuner:s3cret@db:5432/tuner")
+        'postgresql+psycopg2://tuner:***@db:5432/tuner'
+    """
+    try:
+        return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - not a URL SQLAlchemy can parse: redact by pattern
+        return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", url)
+
+
+def _is_server_url(url: str) -> bool:
+    return url.startswith(("postgresql", "postgres", "mysql"))
+
+
+def _engine_kwargs(url: str) -> dict[str, Any]:
+    if url.startswith("sqlite"):
+        # Several local processes (coordinators, optuna-dashboard) share one file: wait for
+        # the lock instead of failing at once with "database is locked".
+        return {"connect_args": {"timeout": 60}}
+    kwargs: dict[str, Any] = {
+        # Idle connections get dropped (server restart, proxy timeout): test each one on
+        # checkout instead of failing the next query (optuna/optuna#5600).
+        "pool_size": POOL_SIZE, "max_overflow": MAX_OVERFLOW, "pool_pre_ping": True,
+        "pool_recycle": 1800,
+    }
+    if url.startswith(("postgresql", "postgres")):
+        kwargs["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_S, "application_name": "tuner"}
+    elif url.startswith("mysql"):
+        kwargs["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_S}
+    return kwargs
+
+
+def open_storage(
+    url: str,
+    *,
+    heartbeat: bool = True,
+    stale_trial_callback: Callable[[optuna.Study, optuna.trial.FrozenTrial], None] | None = None,
+    create_tables: bool = True,
+    grace_period_s: int | None = None,
+) -> optuna.storages.RDBStorage:
+    """Open (and create the schema of) an Optuna RDB storage, or raise StorageError.
+
+    Args:
+        url: a SQLAlchemy URL (``sqlite:///tuner.db``, ``postgresql+psycopg2://u:p@h/db``).
+        heartbeat: record trial heartbeats so a dead coordinator's trial can be found stale.
+        stale_trial_callback: called by ``optuna.storages.fail_stale_trials`` for each one.
+        create_tables: create Optuna's tables if missing (read-only commands pass False).
+        grace_period_s: heartbeat age that makes a running trial stale (default GRACE_PERIOD_S).
+
+    Example:
+        >>> storage = open_storage("sqlite:///:memory:", heartbeat=False)
+        >>> storage.get_all_studies()
+        []
+    """
+    if "://" not in url:
+        raise StorageError(f"storage {url!r} is not a URL; e.g. sqlite:///tuner.db or postgresql+psycopg2://user:pass@host/db")
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        parent = Path(url[len("sqlite:///"):]).expanduser().resolve().parent
+        if not parent.is_dir():
+            raise StorageError(f"storage {url}: folder {parent} does not exist")
+    if not create_tables and url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists():
+        raise StorageError(f"storage {url}: no such database file (run `tuner run` first)")
+    hb_kwargs: dict[str, Any] = {}
+    if heartbeat:
+        hb_kwargs = {"heartbeat_interval": HEARTBEAT_INTERVAL_S, "grace_period": grace_period_s or GRACE_PERIOD_S,
+                     "heartbeat_stale_trial_callback": stale_trial_callback}
+    deadline = time.monotonic() + RESTARTING_WAIT_S
+    while True:
+        try:
+            with warnings.catch_warnings(), _schema_lock(url, create_tables):
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return HeartbeatRDBStorage(url, engine_kwargs=_engine_kwargs(url), skip_table_creation=not create_tables,
+                                   **hb_kwargs)
+        except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError, ImportError,
+                ValueError, RuntimeError) as exc:
+            reason = _first_line(exc)
+            if _RESTARTING.search(reason) and time.monotonic() < deadline:
+                time.sleep(0.5)  # a server restarting is not a wrong URL: wait for it a little
+                continue
+            if not create_tables and re.search(r"version_info.? does not exist|no such table: version_info", reason):
+                reason = "no Optuna tables here (no study has been run against it; `tuner run` creates them)"
+            raise StorageError(f"cannot open storage {redact_url(url)}: {reason}") from None
+
+
+# What a PostgreSQL server says while it restarts (its own message texts). A refused
+# connection is not among them: that is what a wrong host or port says too, and those must
+# fail at once.
+_RESTARTING = re.compile(r"the database system is (starting up|shutting down|in recovery mode)|"
+                         r"server closed the connection unexpectedly|terminating connection due to administrator")
+RESTARTING_WAIT_S = 20
+
+
+_SCHEMA_LOCK_KEY = 0x7475_6E72  # "tunr": one key for schema creation across all studies
+
+
+@contextlib.contextmanager
+def _schema_lock(url: str, create_tables: bool) -> Iterator[None]:
+    """PostgreSQL: serialise Optuna's CREATE TABLE across processes that start together
+    (concurrent `create_all` races on the catalog: "duplicate key value violates unique
+    constraint pg_type_typname_nsp_index"); SQLite: an flock beside the file. On PostgreSQL
+    also the first, fast check that the server, role and database exist."""
+    if create_tables and url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        # SQLite: "table studies already exists" when two local coordinators start together
+        with _file_lock(url):
+            yield
+        return
+    if not create_tables or not url.startswith(("postgresql", "postgres")):
+        yield
+        return
+    engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool,
+                                      connect_args=_engine_kwargs(url)["connect_args"])
+    try:
+        with _advisory_lock(engine, _SCHEMA_LOCK_KEY):
+            yield
+    finally:
+        engine.dispose()
+
+
+def _first_line(exc: BaseException) -> str:
+    # Optuna wraps driver errors in StorageInternalError("An exception is raised during the
+    # commit..."): the driver's own message (its __cause__) is the one that names the problem.
+    cause = exc.__cause__ if isinstance(exc, optuna.exceptions.StorageInternalError) and exc.__cause__ else exc
+    orig = getattr(cause, "orig", None) or cause
+    text = [line.strip() for line in str(orig).strip().splitlines() if line.strip()]
+    return text[0] if text else type(orig).__name__
+
+
+# ------------------------------------------------------------------------ admission lock
+
+_thread_locks: dict[str, threading.Lock] = {}
+
+
+@contextlib.contextmanager
+def _advisory_lock(engine: sqlalchemy.engine.Engine, key: int) -> Iterator[None]:
+    """A PostgreSQL session advisory lock (scoped to the database) held on its own connection."""
+    with engine.connect() as conn:
+        conn = conn.execution_options(isolation_level="AUTOCOMMIT")  # never idle in transaction
+        conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": key})
+        try:
+            yield
+        finally:
+            try:
+                conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+            except _TRANSIENT:
+                pass  # the session died (server restart) and took its lock with it
+
+
+@contextlib.contextmanager
+def _file_lock(sqlite_url: str) -> Iterator[None]:
+    """An exclusive flock on `<database>.lock` beside a SQLite file (local processes only)."""
+    lock_path = Path(sqlite_url[len("sqlite:///"):]).expanduser().resolve().with_suffix(".lock")
+    with open(lock_path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def admission_lock(storage: optuna.storages.BaseStorage, study_name: str) -> Iterator[None]:
+    """Serialise budget admission for one study across every process that shares the storage.
+
+    Read-the-ledger-then-reserve is a race between coordinators; this lock makes it atomic:
+    PostgreSQL: a session advisory lock keyed by the study name; MySQL: GET_LOCK; SQLite: an
+    flock on a file beside the database; anything else (in-memory): a process-local lock.
+    Hold it only around reads and writes of the study (one transaction's worth): every
+    coordinator of the study waits while one holds it.
+
+    Example:
+        >>> storage = open_storage("sqlite:///:memory:", heartbeat=False)
+        >>> with admission_lock(storage, "quickstart"):
+        ...     pass  # read the ledger, reserve
+    """
+    url = str(getattr(storage, "url", ""))
+    key = zlib.crc32(study_name.encode())  # stable across processes and hosts
+    if url.startswith(("postgresql", "postgres")):
+        with _advisory_lock(storage.engine, key):
+            yield
+    elif url.startswith("mysql"):
+        with storage.engine.connect() as conn:
+            conn.execute(sqlalchemy.text("SELECT GET_LOCK(:k, 600)"), {"k": f"tuner-{key}"})
+            try:
+                yield
+            finally:
+                conn.execute(sqlalchemy.text("SELECT RELEASE_LOCK(:k)"), {"k": f"tuner-{key}"})
+    elif url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        with _file_lock(url):  # one lock for every study in the file: SQLite writes one at a time
+            yield
+    else:
+        lock = _thread_locks.setdefault(f"{url}:{study_name}", threading.Lock())
+        with lock:
+            yield
+
+
+# ------------------------------------------------------------------------------ retries
+
+_TRANSIENT = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError,
+              sqlalchemy.exc.DisconnectionError)
+
+
+def _transient_cause(exc: BaseException) -> BaseException | None:
+    """The dropped-connection error behind ``exc`` (Optuna wraps it), or None."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, _TRANSIENT):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+OUTAGE_S = 300.0
+"""How long bookkeeping calls wait out an unreachable storage (issue 18: outages up to 5 minutes)."""
+
+_retry_logs: list[Callable[[str], None]] = []
+
+
+@contextlib.contextmanager
+def retry_notes(log: Callable[[str], None]) -> Iterator[None]:
+    """Send every retry's note (what failed, why, when the next try is) to ``log`` meanwhile,
+    for calls that pass no ``log`` of their own: the coordinator's progress display says the
+    storage is down while it waits, instead of going silent."""
+    _retry_logs.append(log)
+    try:
+        yield
+    finally:
+        _retry_logs.remove(log)
+
+
+def with_retries(fn: Callable[[], T], *, what: str, attempts: int | None = None, base_delay_s: float = 0.5,
+                 max_delay_s: float = 15.0, outage_s: float = OUTAGE_S,
+                 log: Callable[[str], None] | None = None) -> T:
+    """Call ``fn``; on a dropped database connection retry with exponential backoff and jitter.
+
+    A PostgreSQL restart or an outage of up to ``outage_s`` (5 minutes) must not kill
+    coordinators: bookkeeping calls (ask, set attrs, tell) are retried until then (or for
+    ``attempts`` tries, when given), with a note before each retry (to ``log``, else to the
+    :func:`retry_notes` listener), then StorageError is raised. Errors that are not a lost
+    connection (bad data, a finished trial) are raised at once.
+
+    Example:
+        >>> with_retries(lambda: 42, what="answering")
+        42
+    """
+    t0 = time.monotonic()
+    attempt = 0
+    while True:
+        try:
+            return fn()
+        except (optuna.exceptions.StorageInternalError, *_TRANSIENT) as exc:
+            err = _transient_cause(exc)
+            if err is None:
+                raise
+        attempt += 1
+        elapsed = time.monotonic() - t0
+        delay = min(max_delay_s, base_delay_s * 2 ** min(attempt - 1, 30)) * (0.5 + random.random() / 2)
+        if (attempts is not None and attempt >= attempts) or elapsed + delay > outage_s:
+            raise StorageError(f"{what}: storage unreachable after {attempt} tries in {elapsed:.0f} s: "
+                               f"{_first_line(err)}") from err
+        note = (f"{what}: storage unreachable for {elapsed:.0f} s ({_first_line(err)}); retry {attempt} "
+                f"in {delay:.1f} s, giving up after {outage_s:.0f} s")
+        for sink in ([log] if log else _retry_logs[-1:]):
+            sink(note)
+        time.sleep(delay)

@@ -1,0 +1,169 @@
+"""Admission: read the ledger and decide under the study's lock; ask, screen and plan outside
+it; reserve under it again.
+
+The coordinator (tuner.study) calls :func:`admit` before each launch. Under the admission lock
+(tuner.storage.admission_lock), held only for reads and writes of the study, it fails stale
+trials, enqueues a retry a dead process lost, reads the ledger and asks the admission
+arithmetic (tuner.budget.next_admission) what to do. Outside the lock it does what takes time:
+the ablation's statistics when the round is due (tuner.study's ``ablation_plan``, applied under
+the lock only if no other coordinator planned it meanwhile), the sampler's refit inside
+``study.ask()``, and the screening of the asked config: an exact repeat (tuner.search) or a
+known-bad config (tuner.search) is recorded unrun, at 0 GPU-s, and the loop decides again. The
+trial's GPU-second cap is then reserved in its user attrs under the lock, against the ledger
+read again, so coordinators sharing a study overspend by at most one trial.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from tuner import budget
+from tuner.budget import ledger_from_trials
+from tuner.launch import Launcher
+from tuner.search import is_deliberate, screen, screen_repeat, suggest_params
+from tuner.spec import StudySpec, complete_params
+from tuner.storage import admission_lock, end_unrun, study_storage, trial_id
+from tuner.study._ablation import ablation_plan, apply_ablation_plan
+from tuner.study._lifecycle import enqueue_lost_retries, retry_once
+
+__all__ = ["admit", "finished", "last_run_params", "MAX_PRUNED_IN_A_ROW"]
+
+MAX_PRUNED_IN_A_ROW = 200
+"""Screened-out or repeat proposals in a row after which the search is exhausted (the
+ablation round still runs), and one more after which the admission gives up."""
+
+
+def admit(study: optuna.Study, raw_storage: Any, spec: StudySpec, limits: tuple[float, float],
+          ablation: bool, asked: list[optuna.Trial], launcher: Launcher | None = None):
+    """Check the budget, ask, screen, reserve. ``(trial, params, cap, cap basis)``, or None when
+    nothing fits.
+
+    ``asked`` carries trials across retries: one asked for by an attempt that a dropped
+    connection cut short is RUNNING with nobody to run it, so the next attempt fails it (and
+    re-enqueues its config once) before asking again. ``launcher``: screens configs
+    (tuner.search, its NCCL preflight) and says whether its resident worker is up, so the
+    next trial costs no start-up (tuner.budget).
+    """
+    warm = launcher.warm() if launcher is not None else False
+    limit, search_limit = limits
+    first_estimate = spec.first_estimate_gpu_seconds
+    proposals, fresh = 0, True
+    while True:
+        with admission_lock(raw_storage, study.study_name):
+            if fresh:
+                while asked:
+                    abandon_admission(study, asked[0])
+                    asked.pop(0)
+                # under the lock: two coordinators never both fail (and retry) one dead trial (SQLite
+                # has no row locks), and a retry is enqueued before the ledger is read
+                fail_stale_trials(study)
+            if proposals >= MAX_PRUNED_IN_A_ROW and not study.user_attrs.get("search_exhausted"):
+                # the sampler proposes only configs that cannot run: the search is over, as when
+                # every config ran (tuner.search), but the ablation round still re-measures what
+                # it found, on what the budget left
+                study.set_user_attr("search_exhausted", True)
+                study.set_user_attr("search_exhausted_reason", f"{MAX_PRUNED_IN_A_ROW} proposals in a row "
+                                    "were screened out or repeats")
+            elif proposals >= MAX_PRUNED_IN_A_ROW + 1:
+                return None  # not even a queued run was admitted
+            trials = study.get_trials(deepcopy=False)
+            # a retry owed but never queued (its FAIL committed, then its process or storage went)
+            if fresh and enqueue_lost_retries(study, trials):
+                trials = study.get_trials(deepcopy=False)  # the retry among them
+            fresh = False
+            attrs = study.user_attrs
+            estimate = budget.estimate_from_trials(trials, first_estimate_gpu_seconds=first_estimate, warm=warm)
+            admission = budget.next_admission(
+                ledger_from_trials(trials, limit), first_estimate_gpu_seconds=first_estimate,
+                search_limit_gpu_seconds=search_limit, ablation=ablation,
+                ablation_planned=bool(attrs.get("ablation_planned")),
+                queued=any(t.state == TrialState.WAITING for t in trials),
+                search_exhausted=bool(attrs.get("search_exhausted")), estimate_gpu_seconds=estimate,
+                costliest_ok_gpu_seconds=budget.cap_basis(trials, first_estimate_gpu_seconds=first_estimate))
+        if admission.action == "plan_ablation":  # its statistics outside the lock, its runs enqueued under it
+            plan = ablation_plan(attrs, spec, trials, limit_gpu_seconds=limit,
+                                 worker_params=last_run_params(trials) if warm else None)
+            with admission_lock(raw_storage, study.study_name):
+                applied = apply_ablation_plan(study, plan)
+            if applied is False:
+                return None
+            continue  # the runs just enqueued are WAITING now (or another coordinator's are)
+        if admission.action != "launch":
+            return None
+        # the sampler refits inside ask(), outside the lock
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "Heartbeat ... used with Study.optimize"
+            trial = study.ask()
+        asked.append(trial)
+        # a beat at once: if this process dies before launching, the trial goes stale
+        raw_storage.record_heartbeat(trial_id(trial))
+        params = suggest_params(trial, spec)
+        if screen_repeat(study, spec, trial, params, trials):  # an exact repeat: never launched
+            asked.clear()
+            proposals += 1
+            continue
+        verdict = None if is_deliberate(trial.user_attrs) else screen(
+            study, spec, complete_params(params, spec), launcher=launcher)
+        if verdict is not None:  # known-bad: 0 GPU-s (tuner.search)
+            end_unrun(study, trial, "pruned", verdict.reason)
+            asked.clear()
+            proposals += 1
+            continue
+        with admission_lock(raw_storage, study.study_name):  # reserve against the ledger as it is now
+            now = study.get_trials(deepcopy=False)
+            cap = budget.trial_cap(ledger_from_trials(now, limit), admission.estimate_gpu_seconds,
+                                   budget.cap_basis(now, first_estimate_gpu_seconds=first_estimate))
+            if cap is None:  # another coordinator reserved what was left meanwhile
+                _release(study, trial)
+                asked.clear()
+                return None
+            trial.set_user_attr("reserved_gpu_seconds", float(cap))
+            trial.set_user_attr("estimated_gpu_seconds", float(admission.estimate_gpu_seconds))
+            trial.set_user_attr("launcher", spec.cluster.launcher)
+        asked.clear()
+        return trial, params, cap, admission.cap_basis_gpu_seconds
+
+
+def _release(study: optuna.Study, trial: optuna.Trial) -> None:
+    """A trial asked for but not admitted after all (the budget another coordinator took): a
+    queued run goes back to the queue (tuner.study's retry), a search proposal ends unrun."""
+    if is_deliberate(trial.user_attrs):
+        abandon_admission(study, trial, "another coordinator reserved the budget that was left; queued again")
+    else:
+        end_unrun(study, trial, "skipped", "not run: another coordinator reserved the budget that was left")
+
+
+def last_run_params(trials: list[optuna.trial.FrozenTrial]) -> dict[str, Any] | None:
+    """The params of the latest finished trial that ran (GPU-seconds spent): the config a
+    resident worker holds, where the runoff's order starts (tuner.stats)."""
+    ran = [t for t in trials if t.state.is_finished() and t.user_attrs.get("gpu_seconds")]
+    return dict(max(ran, key=lambda t: t.number).params) if ran else None
+
+
+def fail_stale_trials(study: optuna.Study) -> None:
+    # tuner drives trials with ask/tell and beats for them itself (RDB heartbeats alone only
+    # protect Study.optimize), so the stale check is ours to call; it is marked experimental.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+
+
+def finished(study: optuna.Study, trial: optuna.Trial) -> bool:
+    return study_storage(study).get_trial(trial_id(trial)).state.is_finished()
+
+
+def abandon_admission(study: optuna.Study, trial: optuna.Trial,
+                      message: str = "admission cut short by a storage error; never launched") -> None:
+    """FAIL a trial whose admission was cut short, and queue its config again (once); it never
+    ran, costs nothing. Call it under the admission lock, as every FAIL-and-retry."""
+    if finished(study, trial):
+        return
+    trial.set_user_attr("gpu_seconds", 0.0)
+    trial.set_user_attr("never_launched", True)
+    trial.set_user_attr("message", message)
+    study.tell(trial, state=TrialState.FAIL)
+    retry_once(study, study_storage(study).get_trial(trial_id(trial)))
