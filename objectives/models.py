@@ -20,16 +20,18 @@ import torch
 from torch import nn
 
 from helper.presets import ModelArch, get_preset
+from objectives.trial_config import ATTENTIONS  # [model] attention: HF attn_implementation
 
 __all__ = ["llama_config", "build_model", "transformer_blocks", "materialize", "load_pretrained",
-           "count_params", "model_config"]
+           "count_params", "model_config", "ATTENTIONS"]
 
 INIT_STD = 0.02
 """Std of the normal init of matrices and embeddings: HF LlamaConfig.initializer_range."""
 
 
-def llama_config(arch: ModelArch, *, seq_len: int, vocab_size: int | None = None):
+def llama_config(arch: ModelArch, *, seq_len: int, vocab_size: int | None = None, attention: str | None = None):
     """A `transformers` LlamaConfig for ``arch``; the vocabulary grows to fit a tokenizer.
+    ``attention`` (one of :data:`ATTENTIONS`) sets ``attn_implementation``; None keeps HF's default.
 
     Example:
         >>> from helper.presets import get_preset
@@ -44,13 +46,15 @@ def llama_config(arch: ModelArch, *, seq_len: int, vocab_size: int | None = None
         num_attention_heads=arch.n_heads, num_key_value_heads=arch.n_kv_heads,
         max_position_embeddings=max(arch.max_seq_len, seq_len),
         tie_word_embeddings=False,  # Llama 2/3 untie them; helper's n_params assumes so
-        initializer_range=INIT_STD, use_cache=False)
+        initializer_range=INIT_STD, use_cache=False,
+        **({"attn_implementation": attention} if attention else {}))
 
 
 def model_config(model_cfg: Mapping[str, Any], *, vocab_size: int | None = None):
     """The `transformers` config of the spec's [model] section: a checkpoint's config.json
     (``path``, a local folder or a hub name) or a preset's LlamaConfig. Reads no weights, so
-    the coordinator's preflight (tuner.preflight) calls it before any trial.
+    the coordinator's preflight (tuner.preflight) calls it before any trial. ``attention``
+    (:data:`ATTENTIONS`) chooses Hugging Face's attention implementation.
 
     Raises:
         ValueError: neither a path nor a known preset; a tokenizer larger than the
@@ -59,9 +63,11 @@ def model_config(model_cfg: Mapping[str, Any], *, vocab_size: int | None = None)
     """
     from transformers import AutoConfig
 
-    path = model_cfg.get("path")
+    path, attention = model_cfg.get("path"), model_cfg.get("attention")
+    if attention is not None and attention not in ATTENTIONS:
+        raise ValueError(f"model.attention {attention!r}: one of {', '.join(ATTENTIONS)}")
     if path:
-        config = AutoConfig.from_pretrained(path)
+        config = AutoConfig.from_pretrained(path, **({"attn_implementation": attention} if attention else {}))
         config.use_cache = False
         if vocab_size and vocab_size > config.vocab_size:
             raise ValueError(f"model.path {path}: vocabulary {config.vocab_size} is smaller than the "
@@ -74,7 +80,7 @@ def model_config(model_cfg: Mapping[str, Any], *, vocab_size: int | None = None)
         arch = get_preset(preset)
     except KeyError as exc:
         raise ValueError(f"model.preset: {exc.args[0]}") from None
-    return llama_config(arch, seq_len=int(model_cfg["seq_len"]), vocab_size=vocab_size)
+    return llama_config(arch, seq_len=int(model_cfg["seq_len"]), vocab_size=vocab_size, attention=attention)
 
 
 def build_model(model_cfg: Mapping[str, Any], *, vocab_size: int | None = None) -> nn.Module:
