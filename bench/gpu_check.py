@@ -56,8 +56,9 @@ MIN_BOX_S = 5.0
 """A check with less time than this left in the budget is skipped, not started."""
 CHECK_MARGIN_S = 3.0
 """A check's own deadline comes this long before its kill, to write its last record."""
-KILL_GRACE_S = 5.0
-"""SIGTERM to SIGKILL for a check past its box (its trials get SIGTERM from it or the kernel)."""
+KILL_GRACE_S = 8.0
+"""SIGTERM to SIGKILL for a check past its box: time for it to stop its trials (SIGTERM, 5 s,
+SIGKILL: bench/gpu_kit/trials.py); a trial it leaves gets SIGTERM from the kernel (PR_SET_PDEATHSIG)."""
 POLL_S = 0.2
 
 

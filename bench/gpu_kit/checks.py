@@ -13,6 +13,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import time
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from typing import Any
 
 from bench.gpu_kit.plan import KitPlan, RunSpec, trial_document
 from bench.gpu_kit.report import cold_reference, switch_row, throughput_row
-from bench.gpu_kit.trials import helper_gpu_for, run_cold, run_resident
+from bench.gpu_kit.trials import finish_cold, helper_gpu_for, run_cold, run_resident, start_cold, stop_cold
 from tuner import knobs
 
 __all__ = ["Context", "Recorder", "CHECK_FUNCTIONS", "KitError", "write_json", "read_json"]
@@ -92,7 +93,14 @@ class Context:
 
     def helper_gpu(self) -> str | None:
         """helper's name for this device: ``cpu`` in a dry run, None for a GPU helper lacks."""
-        return "cpu" if self.plan.dry_run else self.device().get("helper_gpu")
+        if self.plan.dry_run:
+            return "cpu"
+        device = self.device()
+        if "helper_gpu" in device:
+            return device["helper_gpu"]
+        import torch  # the device check did not run (--only): ask the device itself
+
+        return helper_gpu_for(torch.cuda.get_device_name(0)) if torch.cuda.is_available() else None
 
     def folder(self, check: str, name: str) -> Path:
         return self.out / "runs" / check / name.replace(" ", "_").replace("/", "-")
@@ -162,7 +170,7 @@ def check_throughput(ctx: Context) -> None:
     """Each throughput config as a cold trial: tokens/s/GPU, MFU, peak memory, with helper's prediction."""
     plan, rows, walls = ctx.plan, [], []
     for run in plan.throughput_runs:
-        estimate_s = max([plan.first_trial_estimate_s, *walls])
+        estimate_s = statistics.median(walls) if walls else plan.first_trial_estimate_s
         if ctx.left_s() < estimate_s + START_MARGIN_S:
             rows.append({"name": run.name, "params": run.params, "attention": run.attention, "status": "skipped",
                          "error": {"kind": "skipped", "message": f"time box: {ctx.left_s():.0f} s left, "
@@ -299,16 +307,28 @@ def check_checkpoint(ctx: Context) -> None:
 
 def check_nccl(ctx: Context) -> None:
     """The trial's environment shows NCCL_ALGO / NCCL_PROTO as set (and NCCL read them, with
-    NCCL_DEBUG=INFO); an NCCL_ALGO that NCCL refuses comes back as the trial's error line."""
+    NCCL_DEBUG=INFO); an NCCL_ALGO that NCCL refuses comes back as the trial's error line.
+    The two trials run at once (a small model; neither measures speed)."""
     plan = ctx.plan
     algo, proto = plan.nccl_ok
     gloo = plan.backend != "nccl"
     base = plan.checkpoint_run.params
     ok_run = RunSpec({**base, "nccl_algo": algo, "nccl_proto": proto})
-    doc = trial_document(plan, ok_run, cache_dir=ctx.cache_dir, preset=plan.small_preset, measure_steps=1,
-                         trial={"warmup_steps": 0})
-    rec = run_cold(doc, ctx.folder("nccl", "env"), timeout_s=min(plan.trial_timeout_s, ctx.left_s() / 2),
-                   extra_env={"NCCL_DEBUG": "INFO"})
+    bad_run = RunSpec({**base, "nccl_algo": plan.nccl_rejected_algo})
+    one_step = {"cache_dir": ctx.cache_dir, "preset": plan.small_preset, "measure_steps": 1, "trial": {"warmup_steps": 0}}
+    ok = bad = None
+    try:
+        ok = start_cold(trial_document(plan, ok_run, **one_step), ctx.folder("nccl", "env"),
+                        extra_env={"NCCL_DEBUG": "INFO"})
+        # gloo has no NCCL to refuse anything: the dry run asks for the nccl backend on a machine
+        # without CUDA, which the trial refuses with its own error line (the same path to the report).
+        bad = start_cold(trial_document(plan, bad_run, backend="nccl", **one_step), ctx.folder("nccl", "rejected"),
+                         extra_env={"NCCL_DEBUG": "WARN"})
+        rec = finish_cold(ok, timeout_s=min(plan.trial_timeout_s, ctx.left_s()))
+        bad_rec = finish_cold(bad, timeout_s=min(plan.trial_timeout_s, ctx.left_s()))
+    finally:
+        stop_cold(ok)
+        stop_cold(bad)
     log = Path(rec["log"]).read_text(errors="replace") if Path(rec["log"]).exists() else ""
     said = [ln.strip() for ln in log.splitlines() if "set by environment to" in ln and "NCCL_" in ln]
     version = next((ln.strip() for ln in log.splitlines() if "NCCL version" in ln), None)
@@ -321,13 +341,7 @@ def check_nccl(ctx: Context) -> None:
         "read_by_nccl": None if gloo else all(any(f"{k} set by environment to {v}" in ln for ln in said)
                                               for k, v in requested.items()),
         "note": "gloo: NCCL is never loaded; only the trial's environment is checked" if gloo else None})
-    bad = RunSpec({**base, "nccl_algo": plan.nccl_rejected_algo})
-    # gloo has no NCCL to refuse anything: the dry run asks for the nccl backend on a machine
-    # without CUDA, which the trial refuses with its own error line (the same path to the report).
-    doc = trial_document(plan, bad, cache_dir=ctx.cache_dir, preset=plan.small_preset, measure_steps=1,
-                         trial={"warmup_steps": 0}, backend="nccl")
-    rec = run_cold(doc, ctx.folder("nccl", "rejected"), timeout_s=min(plan.trial_timeout_s, ctx.left_s()),
-                   extra_env={"NCCL_DEBUG": "WARN"})
+    rec = bad_rec
     message = (rec["error"] or {}).get("message") or ""
     ctx.rec.set("rejected", {
         "nccl_algo": plan.nccl_rejected_algo, "status": rec["status"], "error": rec["error"],

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,8 @@ from typing import Any
 from objectives.metrics import CUDA_NAME_TO_GPU  # CUDA device name -> helper GPU name
 from tuner import knobs, protocol
 
-__all__ = ["ROOT", "run_cold", "run_resident", "helper_gpu_for", "SUMMARY_FIELDS", "trial_env", "die_with_parent"]
+__all__ = ["ROOT", "run_cold", "start_cold", "finish_cold", "stop_cold", "ColdTrial", "run_resident", "helper_gpu_for",
+           "SUMMARY_FIELDS", "trial_env", "die_with_parent"]
 
 ROOT = Path(__file__).resolve().parents[2]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc_per_node", "1"]
@@ -133,24 +135,51 @@ def _record(result: Path, *, started_unix: float, wall_s: float, timed_out: bool
     return out
 
 
-def run_cold(doc: Mapping[str, Any], folder: Path, *, timeout_s: float,
-             extra_env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """One cold trial of the config ``doc`` in ``folder`` (config.json, result.jsonl, trial.log)."""
+@dataclass
+class ColdTrial:
+    """A cold trial started by :func:`start_cold`; :func:`finish_cold` waits for it."""
+
+    proc: subprocess.Popen
+    log: Any
+    folder: Path
+    started_unix: float
+
+
+def start_cold(doc: Mapping[str, Any], folder: Path, *, extra_env: Mapping[str, str] | None = None) -> ColdTrial:
+    """Start one cold trial of the config ``doc`` in ``folder`` (config.json, result.jsonl, trial.log)."""
     folder.mkdir(parents=True, exist_ok=True)
-    config, result, log_path = folder / "config.json", folder / "result.jsonl", folder / "trial.log"
+    config, result = folder / "config.json", folder / "result.jsonl"
     config.write_text(json.dumps(doc, indent=1))
     result.unlink(missing_ok=True)
     started = time.time()
-    proc, log = _start(trial_env(doc["params"], config=config, result=result, extra=extra_env), log_path)
+    proc, log = _start(trial_env(doc["params"], config=config, result=result, extra=extra_env), folder / "trial.log")
+    return ColdTrial(proc, log, folder, started)
+
+
+def finish_cold(trial: ColdTrial, *, timeout_s: float) -> dict[str, Any]:
+    """Wait for ``trial`` at most ``timeout_s`` seconds, stop what is left of it, read its lines."""
     timed_out = False
     try:
-        proc.wait(timeout=max(timeout_s, 1.0))
+        trial.proc.wait(timeout=max(timeout_s, 1.0))
     except subprocess.TimeoutExpired:
         timed_out = True
     finally:
-        _stop(proc, log)
-    return _record(result, started_unix=started, wall_s=time.time() - started, timed_out=timed_out,
-                   returncode=proc.returncode, log_path=log_path)
+        _stop(trial.proc, trial.log)
+    return _record(trial.folder / "result.jsonl", started_unix=trial.started_unix,
+                   wall_s=time.time() - trial.started_unix, timed_out=timed_out, returncode=trial.proc.returncode,
+                   log_path=trial.folder / "trial.log")
+
+
+def stop_cold(trial: ColdTrial | None) -> None:
+    """Stop ``trial`` if it still runs (after an interruption; :func:`finish_cold` stops its own)."""
+    if trial is not None and not trial.log.closed:
+        _stop(trial.proc, trial.log, grace_s=1.0)
+
+
+def run_cold(doc: Mapping[str, Any], folder: Path, *, timeout_s: float,
+             extra_env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """One cold trial, start to end (:func:`start_cold`, then :func:`finish_cold`)."""
+    return finish_cold(start_cold(doc, folder, extra_env=extra_env), timeout_s=timeout_s)
 
 
 def run_resident(docs: Sequence[Mapping[str, Any]], folder: Path, *, deadline_unix: float,
