@@ -202,6 +202,7 @@ def run_resident(docs: Sequence[Mapping[str, Any]], folder: Path, *, deadline_un
     started = time.time()
     proc, log = _start(env, log_path)
     records: list[dict[str, Any]] = []
+    state = "not started"
     try:
         for job in range(len(docs)):
             handed = started if job == 0 else time.time()
@@ -224,7 +225,8 @@ def run_resident(docs: Sequence[Mapping[str, Any]], folder: Path, *, deadline_un
             on_job(job, rec)
             if state != "done":
                 break
-        if proc.poll() is None and protocol.worker_announced(worker_dir):
+        # a stop job for a worker that is idle; one still in a job (past the deadline) is killed
+        if state == "done" and proc.poll() is None and protocol.worker_announced(worker_dir):
             protocol.write_job(worker_dir, len(records), stop=True)
             try:
                 proc.wait(timeout=STOP_GRACE_S)
