@@ -116,8 +116,9 @@ INIT_STD = 0.02
 """Std of the normal init of matrices and embeddings: HF LlamaConfig.initializer_range."""
 
 
-def llama_config(arch: ModelArch, *, seq_len: int, vocab_size: int | None = None):
+def llama_config(arch: ModelArch, *, seq_len: int, vocab_size: int | None = None, attention: str | None = None):
     """A `transformers` LlamaConfig for ``arch``; the vocabulary grows to fit a tokenizer.
+    ``attention`` (``sdpa`` or ``eager``) sets ``attn_implementation``; None keeps HF's default.
 
     ``transformers`` is imported here, on first use: ``import helper`` stays light. The trial
     workload (objectives.models) and the memory tracer (helper.memory_trace) build the same model.
@@ -134,4 +135,5 @@ def llama_config(arch: ModelArch, *, seq_len: int, vocab_size: int | None = None
         num_attention_heads=arch.n_heads, num_key_value_heads=arch.n_kv_heads,
         max_position_embeddings=max(arch.max_seq_len, seq_len),
         tie_word_embeddings=False,  # Llama 2/3 untie them; helper's n_params assumes so
-        initializer_range=INIT_STD, use_cache=False)
+        initializer_range=INIT_STD, use_cache=False,
+        **({"attn_implementation": attention} if attention else {}))

@@ -32,7 +32,7 @@ from objectives import resident
 from objectives.checkpoint import Checkpointer
 
 # Peak memory, process age, peak FLOPs and FLOPs per token: objectives.metrics.
-from objectives.metrics import model_flops_per_token, peak_flops_for, peak_memory_gib, process_age_s
+from objectives.metrics import model_flops_per_token, peak_flops_for, peak_memory_gib, peak_reserved_gib, process_age_s
 from objectives.parallel import build_mesh, build_parallel_model, describe_layout, gpus_per_node_from_env, plan_layout
 
 # The trial config: parsed and validated in objectives.trial_config, re-exported here.
@@ -286,7 +286,8 @@ def measure_trial(config: TrialConfig, writer: ResultWriter, *, model, dtype, lo
     if ckpt:
         ckpt.wait()
     mem_gib, mem_kind = peak_memory_gib(device)
-    mem = torch.tensor([mem_gib], dtype=torch.float64, device=device)
+    reserved_gib = peak_reserved_gib(device)
+    mem = torch.tensor([mem_gib, reserved_gib or 0.0], dtype=torch.float64, device=device)
     dist.all_reduce(mem, op=dist.ReduceOp.MAX, group=group)
     device_name = torch.cuda.get_device_name(device) if use_cuda else "cpu"
     _, peak_flops = peak_flops_for(device_name) if use_cuda else (None, None)
@@ -296,7 +297,8 @@ def measure_trial(config: TrialConfig, writer: ResultWriter, *, model, dtype, lo
         mfu = total_padded / total_s / world * flops / peak_flops
     summary = protocol.summary_event(**{
         "tokens_per_sec_per_gpu": total_tokens / total_s / world,
-        "peak_mem_gib": mem.item(), "data_wait_frac": total_wait_s / total_s,
+        "peak_mem_gib": mem[0].item(), "data_wait_frac": total_wait_s / total_s,
+        "peak_mem_reserved_gib": mem[1].item() if reserved_gib is not None else None,
         "peak_mem_kind": mem_kind + ", max over ranks", "data_wait_kind": "slowest rank per step",
         "step_time_s": total_s / len(values), "measured_steps": len(values), "stopped_early": stopped or None,
         "warmup_steps": config.warmup_steps, "world_size": world, "tokens_counted": "non_padding",
@@ -304,6 +306,7 @@ def measure_trial(config: TrialConfig, writer: ResultWriter, *, model, dtype, lo
         "timing": ("cuda-synchronized" if use_cuda else "cpu") + " wall clock per optimizer step, slowest rank",
         "startup_seconds": startup_s, "mfu": mfu, "mfu_peak_flops": peak_flops, "device": device_name,
         "dtype": str(dtype).removeprefix("torch."), "n_params": n_params,
+        "attention": getattr(model.config, "_attn_implementation", None),
         "knobs": dict(knobs), "launch_params": config.launch_params,
         "layout": describe_layout(layout, config.knobs), "checkpoint": ckpt.summary() if ckpt else None,
         "nccl_env": {var: os.environ.get(var) for var in NCCL_ENV_VARS},

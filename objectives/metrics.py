@@ -9,7 +9,8 @@ import resource
 import time
 from pathlib import Path
 
-__all__ = ["CUDA_NAME_TO_GPU", "peak_memory_gib", "process_age_s", "peak_flops_for", "model_flops_per_token"]
+__all__ = ["CUDA_NAME_TO_GPU", "peak_memory_gib", "peak_reserved_gib", "process_age_s", "peak_flops_for",
+           "model_flops_per_token"]
 
 _IMPORT_S = time.perf_counter()
 
@@ -34,6 +35,13 @@ def peak_memory_gib(device) -> tuple[float, str]:
         return int(status.split("VmHWM:")[1].split()[0]) * 1024 / 2**30, "cpu_peak_rss"  # kB
     except (OSError, IndexError, ValueError):
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30, "cpu_peak_rss"  # KiB on Linux
+
+
+def peak_reserved_gib(device) -> float | None:
+    """The CUDA caching allocator's peak reserved memory (allocated + cached blocks); None on CPU."""
+    import torch
+
+    return torch.cuda.max_memory_reserved(device) / 2**30 if device.type == "cuda" else None
 
 
 def process_age_s() -> float:

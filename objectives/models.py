@@ -20,14 +20,17 @@ import torch
 from torch import nn
 
 from helper.presets import INIT_STD, get_preset, llama_config
+from objectives.trial_config import ATTENTIONS  # [model] attention: HF attn_implementation
 
 __all__ = ["llama_config", "INIT_STD", "build_model", "transformer_blocks", "materialize", "load_pretrained",
-           "count_params", "model_config"]
+           "count_params", "model_config", "ATTENTIONS"]
+
 
 def model_config(model_cfg: Mapping[str, Any], *, vocab_size: int | None = None):
     """The `transformers` config of the spec's [model] section: a checkpoint's config.json
     (``path``, a local folder or a hub name) or a preset's LlamaConfig. Reads no weights, so
-    the coordinator's preflight (tuner.study) calls it before any trial.
+    the coordinator's preflight (tuner.study) calls it before any trial. ``attention``
+    (:data:`ATTENTIONS`) chooses Hugging Face's attention implementation.
 
     Raises:
         ValueError: neither a path nor a known preset; a tokenizer larger than the
@@ -36,9 +39,11 @@ def model_config(model_cfg: Mapping[str, Any], *, vocab_size: int | None = None)
     """
     from transformers import AutoConfig
 
-    path = model_cfg.get("path")
+    path, attention = model_cfg.get("path"), model_cfg.get("attention")
+    if attention is not None and attention not in ATTENTIONS:
+        raise ValueError(f"model.attention {attention!r}: one of {', '.join(ATTENTIONS)}")
     if path:
-        config = AutoConfig.from_pretrained(path)
+        config = AutoConfig.from_pretrained(path, **({"attn_implementation": attention} if attention else {}))
         config.use_cache = False
         if vocab_size and vocab_size > config.vocab_size:
             raise ValueError(f"model.path {path}: vocabulary {config.vocab_size} is smaller than the "
@@ -51,7 +56,7 @@ def model_config(model_cfg: Mapping[str, Any], *, vocab_size: int | None = None)
         arch = get_preset(preset)
     except KeyError as exc:
         raise ValueError(f"model.preset: {exc.args[0]}") from None
-    return llama_config(arch, seq_len=int(model_cfg["seq_len"]), vocab_size=vocab_size)
+    return llama_config(arch, seq_len=int(model_cfg["seq_len"]), vocab_size=vocab_size, attention=attention)
 
 
 def build_model(model_cfg: Mapping[str, Any], *, vocab_size: int | None = None) -> nn.Module:

@@ -25,9 +25,12 @@ from tuner import knobs as catalogue
 from tuner.errors import TrialConfigError
 from tuner.protocol import DTYPES  # fp16 runs without a loss scaler: a few steps' numbers don't matter for speed
 
-__all__ = ["Knobs", "TrialConfig", "TrialConfigError", "parse_config", "load_config", "LAUNCH_KNOB_PREFIX", "DTYPES"]
+__all__ = ["Knobs", "TrialConfig", "TrialConfigError", "parse_config", "load_config", "LAUNCH_KNOB_PREFIX", "DTYPES",
+           "ATTENTIONS"]
 
 LAUNCH_KNOB_PREFIX = "nccl_"  # launch-level knobs: the launcher turns them into NCCL_* variables
+ATTENTIONS = ("sdpa", "eager")
+"""[model] attention: Hugging Face's ``attn_implementation`` (unset: its default, ``sdpa``)."""
 
 
 class Knobs(Mapping[str, Any]):
@@ -67,7 +70,7 @@ class TrialConfig:
     launch_params: dict[str, Any]
     """Launch-level knobs (nccl_*), recorded only: the launcher already acted on them."""
     model: dict[str, Any]
-    """The spec's [model] section: preset or path, seq_len, dtype."""
+    """The spec's [model] section: preset or path, seq_len, dtype, attention (sdpa | eager)."""
     data: dict[str, Any]
     """The spec's [data] section: source, tokenizer, vocab_size, num_examples, cache_dir..."""
     warmup_steps: int
@@ -129,6 +132,8 @@ def parse_config(raw: Mapping[str, Any]) -> TrialConfig:
     knobs = Knobs(catalogue.resolve(params, {"activation_checkpointing": bool(model.get("activation_checkpointing", False))}))
     if model.get("dtype", "auto") not in DTYPES:
         raise TrialConfigError(f"model.dtype {model.get('dtype')!r}: one of {', '.join(DTYPES)}")
+    if model.get("attention") is not None and model["attention"] not in ATTENTIONS:
+        raise TrialConfigError(f"model.attention {model['attention']!r}: one of {', '.join(ATTENTIONS)}")
     if not isinstance(model.get("seq_len"), int) or model["seq_len"] < 2:
         raise TrialConfigError(f"model.seq_len {model.get('seq_len')!r}: an integer >= 2")
     trial = raw.get("trial") or {}

@@ -71,6 +71,17 @@ def test_bad_knobs_are_refused_naming_the_key(tmp_path, params, match):
         parse_config(trial_config(tmp_path, **params))
 
 
+def test_model_attention_is_checked_and_reaches_the_model(tmp_path):
+    from objectives.models import build_model
+
+    raw = trial_config(tmp_path)
+    raw["model"]["attention"] = "flash"
+    with pytest.raises(TrialConfigError, match="model.attention 'flash': one of sdpa, eager"):
+        parse_config(raw)
+    assert build_model({"preset": "tiny", "seq_len": 64, "attention": "eager"}).config._attn_implementation == "eager"
+    assert build_model({"preset": "tiny", "seq_len": 64}).config._attn_implementation == "sdpa"  # HF's default
+
+
 def test_error_classification_and_error_lines(tmp_path):
     assert classify_error(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")) == "oom"
     assert classify_error(RuntimeError("DefaultCPUAllocator: can't allocate memory: out of memory")) == "oom"
