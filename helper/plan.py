@@ -25,6 +25,7 @@ from helper.band import band_pct
 from helper.calibration import _as_calibration, resolve_constants
 from helper.checkpointing import LLAMA3_FAILURES_PER_GPU_HOUR, REQUEUE_WAIT_S, SLURMD_TIMEOUT_S, checkpoint_plan
 from helper.global_batch import BATCH_TOLERANCE, common_global_batch, split_global_batch
+from helper.go_no_go import go_no_go_thresholds
 from helper.gpus import get_gpu, gib
 from helper.layouts import Layout, candidate_layouts, layout_memory, layout_step_time
 from helper.plan_reasons import layout_sentence, why_loses
@@ -166,7 +167,7 @@ def plan_training(model_size: float | int | str, gpu_count: int, *, tokens: floa
         A dict: ``inputs``, ``layouts`` (one row per layout: ``memory_gib`` by part, fits,
         ``headroom_gib``, batch, steps, warnings, tokens/s/GPU with ``band``, MFU, wall hours,
         GPU-hours, cost, ``why_not``), ``chosen`` (the winning row), ``checkpoint``,
-        ``batch_guidance``, ``band_source``, ``source``.
+        ``go_no_go`` (launch-check thresholds), ``batch_guidance``, ``band_source``, ``source``.
 
     Raises:
         ValueError: bad arguments (the message names the argument).
@@ -272,6 +273,8 @@ def plan_training(model_size: float | int | str, gpu_count: int, *, tokens: floa
                            "target_source": "team target" if global_batch_tokens else
                            "compute-optimal batch (DeepSeek LLM scaling law, arXiv 2401.02954)"},
         "layouts": rows, "chosen": chosen, "reasons": reasons, "checkpoint": ckpt,
+        "go_no_go": go_no_go_thresholds(spec=spec, constants=constants, nodes=nodes, gpus_per_node=gpn,
+                                        chosen=chosen, checkpoint=ckpt, usable_gb=usable_gb),
         "source": source, "band_pct": band, "band_source": band_source,
         "proxy": {"gpu_cluster": {"model_size": "1.3b", "gpu_count": 4},
                   "cpu": {"preset": "tiny", "processes": 2}},
