@@ -245,7 +245,10 @@ def plan_training(model_size: float | int | str, gpu_count: int, *, tokens: floa
     chosen = min(near, key=lambda r: complexity[r["layout"]])
     for r in rows:
         r["why_not"] = None if r is chosen else why_loses(r, chosen, spec.name)
-    startup = estimate_startup_seconds(shape, gpu_count, gpu=spec.name, gpus_per_node=gpn, calibration=cal)
+    # A restart builds the model on the meta device and loads the checkpoint (reload_s, counted apart):
+    # start-up to the first step is the fixed part and the rendezvous, not a full initialisation.
+    parts = estimate_startup_seconds(shape, gpu_count, gpu=spec.name, gpus_per_node=gpn, calibration=cal).details
+    startup = parts["fixed_s"] + parts["rendezvous_s"]
     ckpt = checkpoint_plan(shape.n_params, gpu_count=gpu_count, nodes=nodes, step_time_s=chosen["step_time_s"],
                            storage_write_gbs_per_node=storage_write_gbs_per_node,
                            failures_per_gpu_hour=failures_per_gpu_hour, max_lost_work_minutes=max_lost_work_minutes,

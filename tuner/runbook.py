@@ -56,8 +56,9 @@ _CONTRACT = (
     " (the watchdog's own heartbeat), is how long a dead peer stays unnoticed.",
     "- `--stop-file`: each step rank 0 checks the file and broadcasts the answer; when it exists, save a checkpoint "
     "(blocking `dcp.save`) and exit 0. When the run is complete, write `$CKPT_DIR/DONE` and exit 0.",
-    "- `--resume latest`: load the newest complete checkpoint (`dcp.load`; a folder without `.metadata` is "
-    "incomplete) and the data loader's position.",
+    "- `--resume latest`: build the model on the meta device (no full initialisation: the restart time counts "
+    "only start-up and the reload), load the newest complete checkpoint (`dcp.load`; a folder without "
+    "`.metadata` is incomplete) and the data loader's position.",
     "- `--grad-accum`: FSDP2 reduce-scatters every micro-batch (the plan's memory counts the sharded gradients); "
     "under HSDP call `model.set_requires_all_reduce(False)` on all but the last micro-batch.",
 )
