@@ -24,7 +24,7 @@ from typing import Any
 from helper.band import band_pct
 from helper.calibration import _as_calibration, resolve_constants
 from helper.checkpointing import LLAMA3_FAILURES_PER_GPU_HOUR, REQUEUE_WAIT_S, SLURMD_TIMEOUT_S, checkpoint_plan
-from helper.global_batch import BATCH_TOLERANCE, common_global_batch, split_global_batch
+from helper.global_batch import BATCH_TOLERANCE, common_global_batch, micro_batch_candidates
 from helper.go_no_go import go_no_go_thresholds
 from helper.gpus import get_gpu, gib
 from helper.layouts import Layout, candidate_layouts, layout_memory, layout_step_time
@@ -84,26 +84,27 @@ def _splits(n: int, g: int) -> bool:
 
 def _evaluate(shape, layout: Layout, *, spec, gpn, seq_len, usable_gb, global_batch, constants,
               max_micro_batch) -> dict[str, Any]:
-    """The fastest (micro-batch, accumulation, checkpointing) of ``layout`` at ``global_batch`` sequences."""
+    """The fastest (micro-batch, accumulation, checkpointing) of ``layout`` at ``global_batch`` sequences.
+
+    Every micro-batch that fits and reaches the batch within its tolerance is timed, not only the
+    largest: a pipeline fills its stages with more, smaller micro-batches."""
+    rows = global_batch / layout.dp
     best, smallest = None, None
     for ac in (False, True):
-        def memory(mb: int, ga: int, ac: bool = ac) -> dict[str, float]:
-            return layout_memory(shape, layout, gpu=spec, micro_batch=mb, seq_len=seq_len,
-                                 activation_checkpointing=ac, grad_accum=ga)
-
-        split = split_global_batch(global_batch, layout.dp, lambda mb, ga: memory(mb, ga)["total"] <= usable_gb,
-                                   max_micro_batch=max_micro_batch)
-        one = (memory(1, max(1, round(global_batch / layout.dp))), 1, max(1, round(global_batch / layout.dp)), ac)
-        if smallest is None or one[0]["total"] < smallest[0]["total"]:
-            smallest = one
-        if split is None:
-            continue
-        mb, ga = split
-        t = layout_step_time(shape, layout, constants=constants, gpu=spec, gpus_per_node=gpn, micro_batch=mb,
-                             seq_len=seq_len, activation_checkpointing=ac, grad_accum=ga)
-        if best is None or t["tokens_per_sec_per_gpu"] > best["time"]["tokens_per_sec_per_gpu"] * 1.0001:
-            best = {"micro_batch": mb, "grad_accum": ga, "activation_checkpointing": ac, "memory": memory(mb, ga),
-                    "time": t}
+        for mb in micro_batch_candidates(max(1, round(rows)), max_micro_batch):
+            ga = max(1, round(rows / mb))
+            if abs(mb * ga * layout.dp - global_batch) > BATCH_TOLERANCE * global_batch:
+                continue
+            mem = layout_memory(shape, layout, gpu=spec, micro_batch=mb, seq_len=seq_len, activation_checkpointing=ac,
+                                grad_accum=ga)
+            if smallest is None or mem["total"] < smallest[0]["total"]:
+                smallest = (mem, mb, ga, ac)
+            if mem["total"] > usable_gb:
+                continue
+            t = layout_step_time(shape, layout, constants=constants, gpu=spec, gpus_per_node=gpn, micro_batch=mb,
+                                 seq_len=seq_len, activation_checkpointing=ac, grad_accum=ga)
+            if best is None or t["tokens_per_sec_per_gpu"] > best["time"]["tokens_per_sec_per_gpu"] * 1.0001:
+                best = {"micro_batch": mb, "grad_accum": ga, "activation_checkpointing": ac, "memory": mem, "time": t}
     if best is None:
         mem, mb, ga, ac = smallest
         return {"fits": False, "micro_batch": mb, "grad_accum": ga, "activation_checkpointing": ac,
