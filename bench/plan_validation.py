@@ -57,14 +57,15 @@ def main() -> None:
 
     plan = plan_training("13b", 32, gpu="H100-80GB", tokens=100e9)
     print("\n## `tuner plan --model-size 13b --gpus 32 --gpu H100-80GB --tokens 100e9`\n")
-    print("| layout | fits | memory GB/GPU | micro-batch | grad_accum | act. ckpt | tok/s/GPU | band | MFU |")
+    print("| layout | fits | memory GiB/GPU | micro-batch | grad_accum | act. ckpt | tok/s/GPU | band | MFU |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in plan["layouts"]:
         band = f"{r['band'][0]:,.0f}-{r['band'][1]:,.0f}" if r["band"] else "-"
         print(f"| {r['layout']}{' (chosen)' if r is plan['chosen'] else ''} | {'yes' if r['fits'] else 'no'} | "
-              f"{r['memory']['total']:.1f} | {r['micro_batch']} | {r['grad_accum']} | "
-              f"{'on' if r['activation_checkpointing'] else 'off'} | {r['tokens_per_sec_per_gpu']:,.0f} | {band} | "
-              f"{r['mfu']:.0%} |")
+              f"{r['memory_gib']['total']:.1f} | {r['micro_batch']} | {r['grad_accum']} | "
+              f"{'on' if r['activation_checkpointing'] else 'off'} | "
+              + (f"{r['tokens_per_sec_per_gpu']:,.0f} | {band} | {r['mfu']:.0%} |" if r["tokens_per_sec_per_gpu"]
+                 else "- | - | - |"))
     print("\nWhy the others lose (the plan's own sentences):\n")
     for r in plan["layouts"]:
         if r["why_not"]:
@@ -91,7 +92,7 @@ def main() -> None:
     for r in p70["layouts"]:
         perf = f"{r['tokens_per_sec_per_gpu']:,.0f} tok/s/GPU" if r["tokens_per_sec_per_gpu"] else "-"
         print(f"- {r['layout']}{' (chosen)' if r is p70['chosen'] else ''}: fits {r['fits']}, "
-              f"{r['memory']['total']:.1f} GB, mb {r['micro_batch']}, AC {r['activation_checkpointing']}, {perf}")
+              f"{r['memory_gib']['total']:.1f} GiB, mb {r['micro_batch']}, AC {r['activation_checkpointing']}, {perf}")
 
 
 def resolve_gpu(name: str):

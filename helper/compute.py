@@ -65,8 +65,8 @@ def flops_per_token(shape: ModelShape, seq_len: int, *, activation_checkpointing
     return flops * (8.0 / 6.0) if activation_checkpointing else flops
 
 
-def compute_seconds(plan: StepPlan, constants: dict[str, float]) -> tuple[float, float]:
-    """(matmul, attention) seconds of one optimizer step on one GPU.
+def compute_seconds(plan: StepPlan, constants: dict[str, float], *, tp: int = 1) -> tuple[float, float]:
+    """(matmul, attention) seconds of one optimizer step of ``plan``'s rows (on ``tp`` GPUs together).
 
     Matmuls run at ``compute_efficiency x h / (h + gemm_hidden_half)`` of the peak: narrow
     models' GEMMs (and the pointwise kernels between them, which scale alike) use the tensor
@@ -75,10 +75,15 @@ def compute_seconds(plan: StepPlan, constants: dict[str, float]) -> tuple[float,
     attention_seq_half)`` (short sequences leave the kernel's tiles under-filled; FlashAttention-2
     reaches 50-73 % of A100 peak at long sequences, Dao 2023). Eager attention runs its two
     batched matmuls at the matmul efficiency and streams the s x s scores through HBM.
+
+    Under tensor parallelism (``tp`` > 1) every GPU runs the same rows through GEMMs ``tp``
+    times narrower (Megatron's column / row split, Shoeybi et al. 2019, Sec. 3): the width term
+    takes ``h / tp`` while the token term keeps the micro-batch's rows (sequence parallelism
+    gathers them before each GEMM). The seconds returned are for all ``tp`` GPUs' work.
     """
     c = constants
     spec, a = plan.gpu, plan.shape.arch
-    h = float(a.hidden)
+    h = float(a.hidden) / max(1, tp)
     tokens = float(plan.micro_batch * plan.seq_len)
     e_mm = (c["compute_efficiency"] * h / (h + c.get("gemm_hidden_half", 0.0))
             * tokens / (tokens + c.get("gemm_tokens_half", 0.0)))

@@ -13,7 +13,8 @@ others held fixed, from the Jacobian at the optimum) below half the prior's. The
 pinned at their base values and the informed ones refitted as one set, so what is written is
 one consistent optimum; only informed constants are written into the GPU's block.
 ``quality`` reports leave-one-out error (each measurement predicted by a refit without it)
-next to the in-sample error. Measurements whose
+next to the in-sample error; ``loo_errors`` lists each as ``[gpu, gpu_count, % error]`` for
+:mod:`helper.band`. Measurements whose
 padding efficiency is unknown (``padding`` mode given, ``padding_efficiency`` absent) get
 one nuisance constant per mode, ``padding_efficiency_<mode>``.
 """
@@ -241,6 +242,7 @@ def fit_calibration(measurements: list[dict[str, Any]], *, base: dict[str, Any] 
     posterior: dict[str, dict[str, float]] = {}
     converged: dict[str, bool] = {}
     loo: list[float] = []
+    loo_by_job: list[tuple[str, int, float]] = []  # (gpu, gpu_count, % error) per left-out figure
     for group in by_gpu.values():
         members = sorted({p.gpu.name for _, p, _, _ in group})
         prior = base_consts[members[0]]
@@ -252,7 +254,9 @@ def fit_calibration(measurements: list[dict[str, Any]], *, base: dict[str, Any] 
                                         free=free, start=fitted)
         sd.update(sd2)
         if cross_validate and len(group) > 2:
-            loo.extend(_loo_errors(group, prior, noise_rel, max_nfev, free, fitted))
+            errs = _loo_errors(group, prior, noise_rel, max_nfev, free, fitted)
+            loo.extend(errs)
+            loo_by_job.extend((p.gpu.name, p.gpu_count, e) for (_, p, _, _), e in zip(group, errs))
         # Start-up: the median of (measured - modelled variable part) sets startup_fixed_s.
         starts = [(measurements[i]["startup_seconds"], p) for i, p, *_ in group
                   if isinstance(measurements[i].get("startup_seconds"), (int, float))]
@@ -295,6 +299,7 @@ def fit_calibration(measurements: list[dict[str, Any]], *, base: dict[str, Any] 
             "p90_abs_pct_error": round(float(np.percentile(abs_after, 90)), 2),
             "max_abs_pct_error": round(max(abs_after), 2),
             **_loo_summary(loo, abs_after),
+            "loo_errors": [[g, n, round(e, 2)] for g, n, e in loo_by_job],
             "noise": {**noise, "noise_rel_used": round(noise_rel, 4)},
             "coverage": _coverage(items),
             "per_gpu": per_gpu,

@@ -1,8 +1,11 @@
 """Accelerators as plain numbers, each with its source.
 
-GB is 1e9 bytes and GB/s 1e9 bytes per second throughout. Link bandwidths are per GPU and per
-direction: what one ring step can push. An unknown GPU name is an error that lists the known
-ones (nanoGPT's rule: no number rather than a wrong one).
+GB is 1e9 bytes and GB/s 1e9 bytes per second throughout the model. What a reader sees about
+GPU memory is in GiB (2^30 bytes), the unit nvidia-smi (MiB) and ``torch.cuda.max_memory_allocated``
+report and the unit trials record (``peak_mem_gib``): an "80GB" H100 shows 81559 MiB = 79.6 GiB.
+:func:`gib` is the one conversion. Link bandwidths are per GPU and per direction: what one ring
+step can push. An unknown GPU name is an error that lists the known ones (nanoGPT's rule: no
+number rather than a wrong one).
 """
 
 from __future__ import annotations
@@ -10,7 +13,20 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-__all__ = ["GpuSpec", "GPUS", "get_gpu", "power_capped"]
+__all__ = ["GpuSpec", "GPUS", "get_gpu", "power_capped", "gib", "BYTES_PER_GIB"]
+
+BYTES_PER_GIB = 2**30
+"""A GiB: the unit GPU memory is shown in (nvidia-smi, torch.cuda)."""
+
+
+def gib(gb: float) -> float:
+    """GB (1e9 bytes, the model's unit) as GiB (2^30 bytes, the unit shown).
+
+    Example:
+        >>> round(gib(get_gpu("H100-80GB").memory_gb), 2)     # nvidia-smi: 81559 MiB
+        79.65
+    """
+    return gb * 1e9 / BYTES_PER_GIB
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +59,11 @@ class GpuSpec:
     """True when ``peak_flops`` is a nominal figure (the CPU proxy), not a datasheet peak."""
     source: str
     """Where the numbers come from."""
+
+    @property
+    def memory_gib(self) -> float:
+        """Device memory, GiB: what nvidia-smi shows (an "80GB" H100: 79.6 GiB)."""
+        return gib(self.memory_gb)
 
 
 # Framework overhead (all GPUs): ~0.5-1 GB CUDA context with kernels loaded lazily (PyTorch

@@ -31,7 +31,7 @@ from typing import Any
 
 from helper.collectives import CollectiveChoice, choose_collective, collective_time_s
 from helper.gpus import GpuSpec, get_gpu
-from helper.memory import FRAGMENTATION_ALLOWANCE, activation_memory_gb, estimate_memory
+from helper.memory import FRAGMENTATION_ALLOWANCE, activation_memory_gb, estimate_memory, static_memory_gb
 from helper.mesh import Layout
 from helper.sizes import ModelShape, parse_model_size
 from helper.throughput import compute_seconds, flops_per_token, plan_step
@@ -60,7 +60,7 @@ def candidate_layouts(gpu_count: int, gpus_per_node: int, n_layers: int) -> list
     # Pipeline stages of whole nodes; a stage needs at least one block.
     pps = [p for p in (2, 4, 8) if p <= nodes and nodes % p == 0 and p <= n_layers]
     out += [Layout(dp_shard=gpu_count // p, pp=p) for p in pps]
-    if pps and g > 1 and gpu_count // (pps[0] * g) >= 1:
+    if pps and g in (2, 4, 8) and gpu_count // (pps[0] * g) >= 1:  # TP degrees that divide heads
         out.append(Layout(dp_shard=gpu_count // (pps[0] * g), tp=g, pp=pps[0]))
     return [lay for lay in out if lay.gpu_count == gpu_count]  # e.g. 12 GPUs: no TP8, no pipeline
 
@@ -93,12 +93,15 @@ def layout_memory(model_size: float | int | str | ModelShape, layout: Layout, *,
                   activation_checkpointing: bool, grad_accum: int = 1) -> dict[str, float]:
     """Peak memory per GPU (GB) by part, for the most loaded GPU of ``layout``.
 
-    Starts from :func:`helper.memory.estimate_memory` for FSDP over the GPUs that shard the
-    states (``dp_shard x tp x pp``: TP and PP split the parameters, FSDP shards each slice),
-    then splits what TP and PP split: stored activations and logits by ``tp`` (sequence and
-    loss parallel); blocks by ``pp`` with ``min(pp, grad_accum)`` micro-batches in flight on the
-    first stage, the logits on the last; gathered FSDP blocks by ``tp``. Gradients are
-    reduce-scattered every micro-batch (no unsharded accumulation buffer).
+    Model states (16 B per parameter) are split over ``dp_shard x tp x pp`` GPUs (TP and PP
+    split the parameters, FSDP shards each slice; HSDP's replicas each hold a copy). Gradients
+    are reduce-scattered every micro-batch, so under accumulation (``grad_accum`` > 1) the
+    sharded gradients are live at every later micro-batch's loss. Activations as the layouts
+    run them: TP (with sequence and loss parallelism) splits all of them by ``tp``; a 1F1B
+    pipeline's first stage keeps ``min(pp, grad_accum)`` micro-batches of its ``L / pp`` blocks
+    and, with activation checkpointing, recomputes one full block in backward; the last stage
+    keeps one micro-batch and holds the logits at the loss. FSDP's gathered blocks are split
+    by ``tp``.
 
     Example:
         >>> m = layout_memory("13b", Layout(dp_shard=4, tp=8), micro_batch=2, seq_len=2048,
@@ -115,20 +118,23 @@ def layout_memory(model_size: float | int | str | ModelShape, layout: Layout, *,
                                grad_accum=grad_accum, reduce_scatter_every_micro_step=True)
         return {k: full[k] for k in ("weights", "gradients", "optimizer", "static", "activations",
                                      "gathered_params", "overhead", "total")}
-    # The states' split, at the same peak moment the memory model picks for these rows (whether
-    # the sharded gradients are live at the loss); the dynamic parts are split below.
-    base = estimate_memory(shape, layout.dp_shard * t * p, sharding="zero3", gpu=spec, micro_batch=micro_batch,
-                           seq_len=seq_len, activation_checkpointing=activation_checkpointing,
-                           grad_accum=grad_accum, reduce_scatter_every_micro_step=True)
+    static = static_memory_gb(shape.n_params, layout.dp_shard * t * p, "zero3")
     act = activation_memory_gb(shape, micro_batch=micro_batch, seq_len=seq_len,
                                activation_checkpointing=activation_checkpointing,
                                dtype_bytes=spec.compute_dtype_bytes)
-    if p > 1:
-        first = act["blocks"] * min(p, grad_accum) / p
-        last = act["blocks"] / p + act["logits"]
-        activations = max(first, last) / t
-    else:
-        activations = act["total"] / t
+    one_block = act["backward"] - (act["blocks"] if activation_checkpointing else 0.0)  # a block's full set
+    recompute = one_block if activation_checkpointing else 0.0
+    kept_per_stage = act["blocks"] / p
+    first = kept_per_stage * min(p, grad_accum) + recompute
+    last = kept_per_stage + max(act["logits"], recompute)
+    activations = (max(first, last) if p > 1 else act["total"]) / t
+    backward = (kept_per_stage * (min(p, grad_accum) if activation_checkpointing else 0.0) + one_block) / t
+    if grad_accum == 1:  # as estimate_memory: the loss's peak has no sharded gradients (zero_grad freed them)
+        freed = 2.0 * static["gradients"]  # FSDP2's fp32 sharded gradients: 4 of the 16 B
+        if backward > activations - freed:
+            activations = backward
+        else:
+            static = {**static, "gradients": 0.0, "optimizer": static["optimizer"] - static["gradients"]}
     gathered = 0.0
     if layout.dp_shard > 1:
         pb = spec.compute_dtype_bytes
@@ -136,9 +142,14 @@ def layout_memory(model_size: float | int | str | ModelShape, layout: Layout, *,
         gathered = (root * pb + 2 * shape.block_params * pb + shape.block_params * _REDUCE_BYTES) / t / 1e9
     dynamic = activations + gathered
     overhead = spec.framework_overhead_gb + FRAGMENTATION_ALLOWANCE * dynamic
-    return {"weights": base["weights"], "gradients": base["gradients"], "optimizer": base["optimizer"],
-            "static": base["static"], "activations": activations, "gathered_params": gathered,
-            "overhead": overhead, "total": base["static"] + dynamic + overhead}
+    static_gb = sum(static.values())
+    return {**static, "static": static_gb, "activations": activations, "gathered_params": gathered,
+            "overhead": overhead, "total": static_gb + dynamic + overhead}
+
+
+def _exposed(comm_s: float, compute_s: float, overlap: float) -> float:
+    """Communication not hidden behind compute: ``max(0, comm - compute) + (1 - overlap) min(comm, compute)``."""
+    return max(0.0, comm_s - compute_s) + (1 - overlap) * min(comm_s, compute_s)
 
 
 def _time(coll: str, nbytes: float, group: tuple[int, int, int], spec: GpuSpec, c: dict[str, float]) -> float:
@@ -157,15 +168,22 @@ def _time(coll: str, nbytes: float, group: tuple[int, int, int], spec: GpuSpec, 
 def layout_step_time(model_size: float | int | str | ModelShape, layout: Layout, *,
                      constants: dict[str, float], gpu: str | GpuSpec = "H100-80GB", gpus_per_node: int = 8,
                      micro_batch: int, seq_len: int, activation_checkpointing: bool,
-                     grad_accum: int = 1, reshard_after_forward: bool = True) -> dict[str, float]:
+                     grad_accum: int = 1, reshard_after_forward: bool = True,
+                     defer_all_reduce: bool = True) -> dict[str, float]:
     """Seconds per optimizer step by part, tokens/s/GPU and MFU for ``layout``.
 
     ``micro_batch`` is rows per data-parallel rank (a TP group shares its rows); ``constants``
     come from :func:`helper.calibration.resolve_constants`. Parts: ``compute_s`` (FLOPs over
-    ``tp x pp``), ``fsdp_comm_s`` (all-gather / reduce-scatter in the shard group, HSDP's
-    all-reduce across replicas) of which ``exposed_comm_s`` is not hidden behind compute,
-    ``tp_comm_s`` (exposed), ``p2p_s`` (stage hand-offs), ``bubble_s`` (1F1B idle time),
-    ``optimizer_s``, ``overhead_s``.
+    ``tp x pp``, TP's GEMMs at the efficiency of their ``h / tp`` width), ``fsdp_comm_s``
+    (all-gather / reduce-scatter in the shard group every micro-batch, HSDP's all-reduce across
+    replicas) of which ``exposed_comm_s`` is not hidden behind compute, ``tp_comm_s``
+    (exposed), ``p2p_s`` (stage hand-offs), ``bubble_s`` (1F1B idle time), ``optimizer_s``,
+    ``overhead_s``.
+
+    ``defer_all_reduce``: HSDP all-reduces across replicas on the last micro-batch only (FSDP2
+    ``set_requires_all_reduce(False)`` on the others; the reduce-scatter still runs every
+    micro-batch, so the sharded gradients accumulate); its exposure is then that of the last
+    micro-batch's compute alone. False: the all-reduce runs every micro-batch.
     """
     shape = parse_model_size(model_size)
     spec = get_gpu(gpu)
@@ -175,26 +193,32 @@ def layout_step_time(model_size: float | int | str | ModelShape, layout: Layout,
     pb = spec.compute_dtype_bytes
     blocks = shape.arch.n_layers / p
     # Compute is the throughput model's own (matmul and attention efficiencies, recompute) for one
-    # data-parallel rank's rows, split over the tp x pp GPUs that share them. TP's narrower GEMMs
-    # are taken at the same efficiency: an optimistic simplification, which TP's band widens.
+    # data-parallel rank's rows, split over the tp x pp GPUs that share them, with TP's GEMMs at
+    # the efficiency of their narrower width (helper.compute.compute_seconds).
     plan = plan_step(shape, layout.gpu_count, gpu=spec, gpus_per_node=gpus_per_node, seq_len=seq_len,
                      micro_batch=micro_batch, activation_checkpointing=activation_checkpointing,
                      grad_accum=ga, reshard_after_forward=reshard_after_forward)
-    matmul_s, attention_s = compute_seconds(plan, c)
+    matmul_s, attention_s = compute_seconds(plan, c, tp=t)
     compute_s = (matmul_s + attention_s) / (t * p)
 
     shard = _group(layout.dp_shard, t, g)
     replicate = _group(layout.dp_replicate, layout.dp_shard * t, g)
     block_w, root_w = shape.block_params / t, shape.root_params / t / (2 if p > 1 else 1)
     gathers = 2 if reshard_after_forward else 1
-    fsdp = ga * (blocks * gathers * _time("allgather", block_w * pb, shard, spec, c)
-                 + _time("allgather", root_w * pb, shard, spec, c))
-    fsdp += ga * (blocks * _time("reducescatter", block_w * _REDUCE_BYTES, shard, spec, c)
-                  + _time("reducescatter", root_w * _REDUCE_BYTES, shard, spec, c))
-    fsdp += ga * (blocks * _time("allreduce", block_w * _REDUCE_BYTES / layout.dp_shard, replicate, spec, c)
+    every = ga * (blocks * gathers * _time("allgather", block_w * pb, shard, spec, c)
+                  + _time("allgather", root_w * pb, shard, spec, c))
+    every += ga * (blocks * _time("reducescatter", block_w * _REDUCE_BYTES, shard, spec, c)
+                   + _time("reducescatter", root_w * _REDUCE_BYTES, shard, spec, c))
+    all_reduce = (blocks * _time("allreduce", block_w * _REDUCE_BYTES / layout.dp_shard, replicate, spec, c)
                   + _time("allreduce", root_w * _REDUCE_BYTES / layout.dp_shard, replicate, spec, c))
     overlap = c["comm_overlap_fraction"]
-    exposed_s = max(0.0, fsdp - compute_s) + (1 - overlap) * min(fsdp, compute_s)
+    if defer_all_reduce:  # ga - 1 micro-batches without it, the last one with it
+        fsdp = every + all_reduce
+        exposed_s = _exposed(every, compute_s, overlap) + (
+            _exposed(every / ga + all_reduce, compute_s / ga, overlap) - _exposed(every / ga, compute_s / ga, overlap))
+    else:
+        fsdp = every + ga * all_reduce
+        exposed_s = _exposed(fsdp, compute_s, overlap)
 
     act_bytes = micro_batch * seq_len * shape.arch.hidden * pb
     tp_s = ga * blocks * tp_collectives_per_block(activation_checkpointing) * _time(

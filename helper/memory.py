@@ -303,7 +303,14 @@ def estimate_memory(model_size: float | int | str | ModelShape, gpu_count: int =
             and gpu_count > 1:
         accum = shape.n_params * reduce_dtype_bytes / GB
 
-    if activations > 0:
+    # Under accumulation the gradients of the earlier micro-batches are live at every later
+    # micro-batch's loss: sharded ones when FSDP2 reduce-scatters every micro-batch, the full
+    # ones under DDP / zero1. Only FSDP2's no-sync accumulation keeps no sharded gradient until
+    # the last micro-batch (its unsharded buffer is ``accum`` above).
+    grads_live = grad_accum > 1 and (reduce_scatter_every_micro_step or stage in ("ddp", "zero1"))
+    if activations > 0 and grads_live:
+        activations = max(activations, activations_bwd)
+    elif activations > 0:
         # Two moments compete for the peak. At the loss every kept activation is live but the
         # sharded gradients are not: the trial's zero_grad() frees them (set_to_none) and the
         # first reduce-scatter of backward allocates them again. Late in backward the

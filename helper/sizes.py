@@ -41,7 +41,8 @@ class ModelShape:
     arch: ModelArch
     """Layers, hidden, heads, vocabulary: a preset, or a scaled Llama shape."""
     label: str
-    """Human-readable name, e.g. ``llama-2-7b`` or ``llama-like-1.3b``."""
+    """Human-readable name: a preset's (``llama-2-7b``), or the count given with the shape it borrows
+    (``7b (llama-2-7b shape)``: 7e9 parameters, not llama-2-7b's 6.74e9), or ``llama-like-1.3b``."""
     note: str
     """How the shape was chosen (printed by ``explain``)."""
 
@@ -151,7 +152,8 @@ def parse_model_size(model_size: float | int | str | ModelShape) -> ModelShape:
     best = min(MODEL_PRESETS.values(), key=lambda a: abs(a.n_params - n) / n)
     rel = abs(best.n_params - n) / n
     if rel <= PRESET_MATCH_TOLERANCE:
-        return ModelShape(n_params=n, arch=best, label=best.name,
+        # Labelled by the count given, not the preset's name: "7b" is 7e9 parameters, llama-2-7b is 6.74e9.
+        return ModelShape(n_params=n, arch=best, label=f"{_fmt_params(n)} ({best.name} shape)",
                           note=f"{_fmt_params(n)} params with the shape of preset {best.name} "
                                f"({best.n_params / 1e9:.3g}e9 params, {rel:.1%} away)")
     arch = scaled_llama_arch(n)

@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from helper.calibration import _as_calibration, extrapolation_note, resolve_constants
+from helper.checkpointing import checkpoint_plan
 from helper.collectives import UnsupportedCollective
-from helper.gpus import get_gpu
+from helper.global_batch import BATCH_TOLERANCE, split_global_batch
+from helper.gpus import get_gpu, gib
 from helper.memory import estimate_memory, normalize_sharding
 from helper.plan import dataset_global_batch, plan_training
 from helper.sizes import parse_dataset_size, parse_model_size
@@ -29,13 +31,11 @@ from helper.throughput import (
     step_time_breakdown,
 )
 
-__all__ = ["suggest_config", "explain", "format_breakdown", "DEFAULT_MEMORY_HEADROOM",
-           "CHECKPOINT_BYTES_PER_PARAM"]
+__all__ = ["suggest_config", "explain", "format_breakdown", "DEFAULT_MEMORY_HEADROOM"]
 
 DEFAULT_MEMORY_HEADROOM = 0.10
 """Share of device memory kept free on top of the model's own overhead allowance."""
-CHECKPOINT_BYTES_PER_PARAM = 12.0
-"""A resumable checkpoint: fp32 weights + Adam m and v (bf16 weights are derived)."""
+_PREFETCH_FACTOR = 2  # PyTorch DataLoader's default; see the rationale
 _MIN_GAIN = 0.03  # a forced NCCL setting must beat `default` by 3 % to be suggested
 _NCCL_TRIALS = {"proto_bw_factor_ll128": ("default", "LL128"), "proto_bw_factor_ll": ("default", "LL"),
                 "algo_bw_factor_nvls": ("NVLS", "default"), "algo_bw_factor_tree": ("Tree", "default"),
@@ -53,9 +53,9 @@ def _fits(shape, n, stage, mb, seq_len, ac, ga, spec, usable_gb,
 def _impossible(shape, n, stage, seq_len, spec, usable_gb, headroom) -> ValueError:
     ok, mem = _fits(shape, n, stage, 1, seq_len, True, 1, spec, usable_gb)
     lines = [f"{shape.label} ({shape.n_params / 1e9:.3g}e9 params) does not fit on {n} x {spec.name} "
-             f"with {stage}: micro_batch 1 with activation checkpointing needs {mem['total']:.1f} GB "
-             f"per GPU (static {mem['static']:.1f}), above the {usable_gb:.1f} GB usable "
-             f"({spec.memory_gb:.0f} GB less {headroom:.0%} headroom)."]
+             f"with {stage}: micro_batch 1 with activation checkpointing needs {gib(mem['total']):.1f} GiB "
+             f"per GPU (model state {gib(mem['static']):.1f}), above the {gib(usable_gb):.1f} GiB usable "
+             f"({spec.memory_gib:.1f} GiB less {headroom:.0%} headroom)."]
     min_gpus = next((k for k in range(n + 1, 65537)
                      if _fits(shape, k, "zero3", 1, seq_len, True, 1, spec, usable_gb)[0]), None)
     if min_gpus:
@@ -168,16 +168,10 @@ def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: 
     layout, layout_note = _planned_layout(model_size, gpu_count, spec, seq_len, gpus_per_node, examples * mean_tokens,
                                           global_batch, cal, memory_headroom)
 
-    # --- micro-batch x grad_accum candidates -------------------------------------------
-    if global_batch is not None:
-        if global_batch < gpu_count or global_batch % gpu_count:
-            lo = max(gpu_count, global_batch // gpu_count * gpu_count)
-            raise ValueError(f"global_batch {global_batch} is not a positive multiple of gpu_count "
-                             f"{gpu_count} (sequences per optimizer step); try {lo} or {lo + gpu_count}")
-        per_gpu = global_batch // gpu_count
-        pairs = [(mb, per_gpu // mb) for mb in range(1, min(per_gpu, max_micro_batch) + 1) if per_gpu % mb == 0]
-    else:
-        pairs = [(2 ** k, 1) for k in range(int(math.log2(max_micro_batch)) + 1)]
+    # --- micro-batch x grad_accum: the largest that fits, within BATCH_TOLERANCE of the batch ---
+    if global_batch < gpu_count:
+        raise ValueError(f"global_batch {global_batch} is under one sequence per GPU ({gpu_count} GPUs); "
+                         f"use at least {gpu_count}")
 
     def knobs(mb: int, ga: int, ac: bool, every: bool, workers: int = 2, algo: str = "default",
               proto: str = "default") -> dict[str, Any]:
@@ -194,12 +188,14 @@ def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: 
     best = None  # (tokens/s, mb, ga, ac, every)
     fits_without_ac = False
     for ac, every in itertools.product((False, True), (False, True)):
-        fitting = [(mb, ga) for mb, ga in pairs if (ga > 1 or not every)
-                   and _fits(shape, gpu_count, stage, mb, seq_len, ac, ga, spec, usable_gb, every)[0]]
-        if not fitting:
+        split = split_global_batch(
+            global_batch, gpu_count, max_micro_batch=max_micro_batch,
+            fits=lambda mb, ga, ac=ac, every=every: (ga > 1 or not every)
+            and _fits(shape, gpu_count, stage, mb, seq_len, ac, ga, spec, usable_gb, every)[0])
+        if split is None:
             continue
         fits_without_ac |= not ac
-        mb, ga = max(fitting)
+        mb, ga = split
         tps = step_time_breakdown(plan_step(shape, gpu_count, **knobs(mb, ga, ac, every)),
                                   constants)["tokens_per_sec_per_gpu"]
         if best is None or tps > best[0] * 1.0001:
@@ -207,6 +203,10 @@ def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: 
     if best is None:
         raise _impossible(shape, gpu_count, stage, seq_len, spec, usable_gb, memory_headroom)
     _, mb, ga, ac, every = best
+    realized = mb * ga * gpu_count
+    if abs(realized - global_batch) > BATCH_TOLERANCE * global_batch:
+        raise ValueError(f"global_batch {global_batch} cannot be split over {gpu_count} GPUs within "
+                         f"{BATCH_TOLERANCE:.0%} (nearest: {realized}); use a multiple of {gpu_count}")
 
     # --- DataLoader workers: per-step tokenising / workers <= half the step --------------
     base = step_time_breakdown(plan_step(shape, gpu_count, **knobs(mb, ga, ac, every)), constants)
@@ -214,7 +214,7 @@ def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: 
     max_workers = max(1, spec.cpu_cores_per_gpu)
     choices = [w for w in (2, 4, 8, 16, 32) if w <= max_workers] or [1]
     workers = next((w for w in choices if base["data_cpu_s"] / w <= 0.5 * busy_s), choices[-1])
-    prefetch = max(2, math.ceil(ga / workers))
+    prefetch = _PREFETCH_FACTOR
 
     # --- NCCL: default unless a calibrated setting measurably wins ----------------------
     algo, proto, nccl_note = "default", "default", "no forced NCCL setting was measured faster in the calibration"
@@ -243,20 +243,22 @@ def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: 
     startup = estimate_startup_seconds(shape, gpu_count, gpu=spec.name, gpus_per_node=gpus_per_node,
                                        calibration=cal)
 
-    # --- checkpoints: lose at most max_lost_work_minutes to a failure -------------------
-    ckpt_gb = CHECKPOINT_BYTES_PER_PARAM * shape.n_params / 1e9
-    write_min = ckpt_gb / (final_plan.nodes * checkpoint_write_gbs_per_node) / 60
-    interval_min = max(step_s / 60, min(20.0, 2 / 3 * max_lost_work_minutes) - write_min)
-    ckpt_steps = min(steps_epoch, max(1, int(interval_min * 60 // step_s)))
-    lost_min = ckpt_steps * step_s / 60 + write_min
+    # --- checkpoints: the plan's one cadence rule (helper.checkpointing.checkpoint_plan) ----
+    ckpt = checkpoint_plan(shape.n_params, gpu_count=gpu_count, nodes=final_plan.nodes, step_time_s=step_s,
+                           storage_write_gbs_per_node=checkpoint_write_gbs_per_node,
+                           max_lost_work_minutes=max_lost_work_minutes, startup_s=float(startup))
+    ckpt_steps = min(steps_epoch, ckpt["interval_steps"])
+    lost_min = ckpt["worst_case_lost_s"] / 60
 
     eff = final_plan.padding_efficiency
     rationale = {
-        "micro_batch": f"largest {'divisor of the per-GPU batch' if global_batch else 'power of two'} whose "
-                       f"{mem['total']:.1f} GB per GPU fits the {usable_gb:.0f} GB usable "
-                       f"({memory_headroom:.0%} headroom on {spec.memory_gb:.0f} GB).",
-        "grad_accum": f"{mb} x {ga} x {gpu_count} GPUs = global batch {global_batch} sequences"
-                      + (f"; {batch_note}." if batch_note else " (requested)."),
+        "micro_batch": f"largest micro-batch whose {gib(mem['total']):.1f} GiB per GPU fits the "
+                       f"{gib(usable_gb):.1f} GiB usable ({memory_headroom:.0%} headroom on {spec.memory_gib:.1f} GiB) "
+                       f"and whose accumulation reaches the global batch within {BATCH_TOLERANCE:.0%}.",
+        "grad_accum": f"{mb} x {ga} x {gpu_count} GPUs = global batch {realized} sequences"
+                      + (f" ({global_batch} asked, {realized / global_batch - 1:+.1%})" if realized != global_batch
+                         else "")
+                      + (f"; {batch_note}." if batch_note else "."),
         "layout": layout_note,
         "activation_checkpointing": (
             "off: predicted faster than checkpointing (an extra forward, 8N vs 6N FLOPs)." if not ac else
@@ -269,22 +271,23 @@ def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: 
             "False: set_requires_gradient_sync(False) until the last micro-batch, one reduce-scatter per step."),
         "num_workers": f"tokenising {t['data_cpu_s'] * 1e3:.0f} ms of CPU work per step over {workers} workers "
                        f"stays under half the {step_s:.2f} s step, so data never stalls.",
-        "prefetch_factor": f"{workers} workers x {prefetch} batches keep at least one optimizer step "
-                           f"({ga} micro-batches) ready to absorb tokenising jitter.",
+        "prefetch_factor": f"{prefetch}, PyTorch's default: each of the {workers} workers keeps {prefetch} "
+                           "micro-batches ready; more only holds host memory, the workers' rate is what keeps up.",
         "nccl_algo": f"{algo}: {nccl_note}.",
         "nccl_proto": f"{proto}: {nccl_note}.",
         "padding": f"{padding}: {eff:.0%} of computed tokens are real with ~{mean_tokens:.0f}-token examples "
                    f"in {seq_len}-token rows.",
         "sharding": f"{stage}: static state {mem['static']:.1f} GB per GPU of {16 * shape.n_params / 1e9:.0f} GB in all.",
-        "checkpoint_interval": f"every {ckpt_steps} steps ({ckpt_steps * step_s / 60:.1f} min) plus a "
-                               f"~{write_min * 60:.0f} s write loses at most {lost_min:.1f} min to a node "
-                               f"failure (limit {max_lost_work_minutes:.0f}).",
+        "checkpoint_interval": f"every {ckpt_steps} steps ({ckpt_steps * step_s / 60:.1f} min): a node failure "
+                               f"loses at most {lost_min:.1f} min (limit {max_lost_work_minutes:.0f}): "
+                               + " + ".join(f"{k[:-2]} {v / 60:.1f}" for k, v in ckpt["worst_case_parts_s"].items())
+                               + " min (helper.checkpointing, the plan's rule).",
     }
     return {
         "model": shape.label, "n_params": shape.n_params, "model_note": shape.note,
         "gpu": spec.name, "gpu_count": gpu_count, "nodes": final_plan.nodes,
         "gpus_per_node": final_plan.gpus_per_node, "sharding": stage, "seq_len": seq_len,
-        "micro_batch": mb, "grad_accum": ga, "global_batch": mb * ga * gpu_count,
+        "micro_batch": mb, "grad_accum": ga, "global_batch": realized,
         "num_workers": workers, "prefetch_factor": prefetch, "nccl_algo": algo, "nccl_proto": proto,
         "activation_checkpointing": ac, "padding": padding,
         "reduce_scatter_every_micro_step": every,
@@ -296,10 +299,12 @@ def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: 
         "startup_s": round(float(startup), 1),
         "checkpoint_interval_steps": ckpt_steps,
         "checkpoint_interval_minutes": round(ckpt_steps * step_s / 60, 2),
-        "checkpoint_size_gb": round(ckpt_gb, 1),
+        "checkpoint_size_gb": round(ckpt["size_gb"], 1),
+        "checkpoint_worst_case_lost_minutes": round(lost_min, 2), "checkpoint": ckpt,
         "layout": layout, "warnings": warnings,
         "memory": {k: round(v, 3) for k, v in mem.items()},
-        "memory_capacity_gb": spec.memory_gb, "memory_usable_gb": round(usable_gb, 2),
+        "memory_capacity_gb": spec.memory_gb, "memory_capacity_gib": round(spec.memory_gib, 2),
+        "memory_usable_gb": round(usable_gb, 2),
         "time": {k: round(v, 5) for k, v in t.items()},
         "rationale": rationale,
         "assumptions": {"mean_tokens_per_example": mean_tokens, "padding": padding,
@@ -311,16 +316,18 @@ def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: 
 
 def format_breakdown(memory: dict[str, float], time: dict[str, float] | None = None, *,
                      capacity_gb: float | None = None) -> str:
-    """Memory (GB per GPU) and, if given, step time (s) by part, as aligned text.
+    """Memory per GPU (given in GB, shown in GiB) and, if given, step time (s) by part, as aligned text.
+
+    ``static`` is the sum of weights, gradients and optimizer: it is not listed beside them.
 
     Example:
-        >>> print(format_breakdown({"static": 14.0, "total": 20.0}))
-        Memory per GPU (GB = 1e9 bytes)
-          static                 14.00
-          total                  20.00
+        >>> print(format_breakdown({"weights": 2.0, "static": 14.0, "total": 20.0}, capacity_gb=85.52))
+        Memory per GPU (GiB), capacity 79.6 GiB
+          weights                 1.86
+          total                  18.63
     """
-    head = "Memory per GPU (GB = 1e9 bytes)" + (f", capacity {capacity_gb:g}" if capacity_gb else "")
-    lines = [head] + [f"  {k:<20} {v:>7.2f}" for k, v in memory.items()]
+    head = "Memory per GPU (GiB)" + (f", capacity {gib(capacity_gb):.1f} GiB" if capacity_gb else "")
+    lines = [head] + [f"  {k:<20} {gib(v):>7.2f}" for k, v in memory.items() if k != "static"]
     if time:
         lines.append("Time per optimizer step (s)")
         for key in ("compute_s", "comm_s", "exposed_comm_s", "optimizer_s", "overhead_s",

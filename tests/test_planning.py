@@ -14,26 +14,39 @@ def plan13():
     return plan_training("13b", 32, gpu="H100-80GB", tokens=100e9, cost_per_gpu_hour=2.5)
 
 
-def test_cli_plan_answers_every_point(capsys):
+def test_cli_plan_answers_every_point(capsys, plan13):
     assert main(["plan", "--model-size", "13b", "--gpus", "32", "--gpu", "H100-80GB", "--tokens", "100e9",
                  "--cost-per-gpu-hour", "2.5"]) == 0
     out = capsys.readouterr().out
-    for needle in ("DECISION: fsdp", "hsdp", "fsdp+tp8", "pp2+fsdp",            # layouts compared
-                   "Memory per GPU", "spare",                                  # memory, fits, headroom
+    win = plan13["chosen"]["layout"]
+    for needle in (f"DECISION: {win}", "hsdp", "fsdp+tp8", "pp2+fsdp",          # layouts compared
+                   "Memory per GPU", "spare", "GiB",                            # memory, fits, headroom
                    "micro-batch", "global batch", "optimizer steps",           # batch
-                   "tokens/s/GPU (band", "MFU",                                # throughput with a band
+                   "tokens/s/GPU (band", "held-out", "MFU",                    # throughput with a band
                    "GPU-hours", "cost",                                        # wall, GPU-h, cost
-                   "slower than fsdp",                                         # why the others lose
-                   "Young/Daly", "worst-case lost work", "detection", "restart", "reload", "keep the last"):
+                   f"slower than {win}",                                       # why the others lose
+                   "Young/Daly", "worst-case lost work", "detection", "restart", "reload", "keep the last",
+                   "collective timeout 100 s", "SlurmdTimeout", "Not validated"):
         assert needle in out, needle
+    assert "85.5" not in out and "static" not in out.split("Memory per GPU")[1].split("\n")[1]
 
 
 def test_cli_plan_bad_input_is_one_line(capsys):
     assert main(["plan", "--model-size", "70b", "--gpus", "8", "--gpu", "A100-40GB", "--tokens", "1e9"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "does not fit" in err
+    assert main(["plan", "--model-size", "13b", "--gpus", "13", "--tokens", "1e9"]) == 2     # issue 31 item 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "gpu_count 13 cannot be spread evenly" in err and "use 12 or 14" in err
     with pytest.raises(SystemExit):
         main(["plan", "--model-size", "13b", "--gpus", "0", "--tokens", "1e9"])
+
+
+def test_cli_plan_launch_settings_reach_the_lost_work_bound(capsys):
+    assert main(["plan", "--model-size", "13b", "--gpus", "32", "--tokens", "100e9", "--spare-nodes", "1",
+                 "--slurmd-timeout-s", "120"]) == 0
+    out = capsys.readouterr().out
+    assert "relaunch on the 1 spare node(s)" in out and "SlurmdTimeout 120 s" in out
 
 
 def test_format_plan_shows_failed_limit(plan13):
@@ -44,7 +57,8 @@ def test_format_plan_shows_failed_limit(plan13):
 
 
 def test_proxy_spec_uses_the_workloads_layout_knobs_and_falls_back_only_for_pp(plan13):
-    raw, notes = proxy_spec(plan13, name="p")
+    fsdp = {**plan13, "chosen": {**plan13["chosen"], "workload_knobs": {"sharding": "full_shard"}}}
+    raw, notes = proxy_spec(fsdp, name="p")
     assert raw["space"]["sharding"] == ["full_shard"] and raw["cluster"]["gpu"] == "cpu" and not notes
     hsdp = {**plan13, "chosen": {**plan13["chosen"],
                                  "workload_knobs": {"sharding": "hybrid_shard", "shard_group_size": 8, "tp_degree": 2}}}
@@ -66,7 +80,8 @@ def test_validate_runs_the_proxy_end_to_end_on_cpu(tmp_path, capsys):
     assert "Proxy validation (CPU processes via the local launcher)" in out
     assert out.count("measured ") >= 2 and "after recalibration" in out and "band after validation" in out
     md = (tmp_path / "rb" / "RUNBOOK.md").read_text()
-    assert "## 7. Proxy validation" in md and "Not run." not in md
+    assert "## 9. Proxy validation" in md and "Not run." not in md
+    assert "Validated on a CPU proxy only" in md and "Validated on a CPU proxy only" in out   # issue 31 item 9
     print(out[out.index("Proxy validation"):])
 
 

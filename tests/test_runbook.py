@@ -1,6 +1,7 @@
 """RUNBOOK.md has every section a team needs; runbook.html opens in real headless Chromium with its
 plot drawn and no console errors (a screenshot is taken and checked)."""
 
+import re
 import shutil
 import struct
 import subprocess
@@ -24,15 +25,61 @@ def plan13():
 
 def test_runbook_has_every_section_and_fits_about_six_pages(plan13):
     md = render_runbook(plan13, today="2026-01-01")
-    for heading in ("## 1. Decision", "## 2. Memory, batch and throughput", "## 3. Launch",
-                    "## 4. Checkpoints and restart", "## 5. Failure playbook", "## 6. What to monitor",
-                    "## 7. Proxy validation"):
+    for heading in ("## 1. The run in plain words", "## 2. Go / no-go before the long run", "## 3. Decision",
+                    "## 4. Memory, batch and throughput", "## 5. Launch", "## 6. Checkpoints and restart",
+                    "## 7. Failure playbook", "## 8. What to monitor", "## 9. Proxy validation"):
         assert heading in md, heading
-    for needle in ("#SBATCH --nodes=4", "torchrun", "--nproc-per-node=8", "NCCL_ALGO", "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC",
-                   "--num-workers", "never a node-local disk", "node disappears", "NCCL timeout", "out of memory",
-                   "slow node", "loss spike", "tokens/s/GPU", "MFU", "step time", "Not validated on a proxy"):
+    for needle in ("#SBATCH --nodes=4", "torchrun", "--nproc-per-node=8", "NCCL_ALGO", "--collective-timeout-s",
+                   "--num-workers", "never a node-local disk", "node disappears", "collective operation timeout",
+                   "out of memory", "loss spike", "tokens/s/GPU", "MFU", "step time", "Not validated"):
         assert needle in md, needle
-    assert 100 <= len(md.splitlines()) <= 260          # about six printed pages
+    assert 150 <= len(md.splitlines()) <= 280          # about six printed pages (the PDF test counts them)
+
+
+def test_page_one_is_plain_words_with_a_glossary(plan13):
+    # issue 31 item 12: FSDP, HSDP, MFU, NCCL and grad_accum were never defined
+    md = render_runbook(plan13, today="2026-01-01")
+    page_one = md[md.index("## 1."):md.index("## 2.")]
+    c, ck = plan13["chosen"], plan13["checkpoint"]
+    for needle in ("**What.**", "**How long.**", "**What it costs.**", "**What can go wrong", "13 billion-parameter",
+                   "100 billion tokens", f"{c['gpu_hours']:,.0f} GPU-hours", f"{ck['worst_case_lost_s'] / 60:.0f} min"):
+        assert needle in page_one, needle
+    for term in ("FSDP", "HSDP", "MFU", "NCCL", "grad_accum", "micro-batch", "checkpoint", "requeue", "GiB"):
+        assert f"| {term}" in page_one or f", {term}" in page_one or f"/ {term}" in page_one, term
+    for jargon in ("dp_shard", "reduce-scatter", "SBATCH", "torchrun"):
+        assert jargon not in page_one, jargon
+
+
+def test_go_no_go_checks_are_commands_with_the_plans_thresholds(plan13):
+    # issue 31 item 12: nccl-tests floor, first steps against the band, a save-and-restore drill, peak memory
+    md = render_runbook(plan13, today="2026-01-01")
+    section = md[md.index("## 2."):md.index("## 3.")]
+    g = plan13["go_no_go"]
+    assert "all_reduce_perf -b 1G -e 4G" in section and f"**{g['nccl_busbw_floor_gbs']} GB/s**" in section
+    assert f"**{g['tokens_per_sec_per_gpu_floor']:,}**" in section and g["tokens_per_sec_per_gpu_floor"] == int(
+        plan13["chosen"]["band"][0])
+    assert "max_memory_reserved()" in section and f"**{g['memory_reserved_ceiling_gib']:.1f} GiB**" in section
+    assert "scancel --signal=KILL" in section and f"**{g['drill_restart_ceiling_s']} s**" in section
+    assert "dcgmi diag -r 2" in section and "ecc.errors.uncorrected.volatile.total" in section
+    monitor = md[md.index("## 8."):md.index("## 9.")]
+    for field in ("DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_THERMAL_VIOLATION"):
+        assert field in monitor, field
+
+
+def test_memory_table_lists_parts_and_total_not_static_beside_them(plan13):
+    # issue 31 item 11: `static` was listed beside its parts; "86 GB capacity" on an 80 GB card
+    md = render_runbook(plan13, today="2026-01-01")
+    section = md[md.index("## 4."):md.index("## 5.")]
+    assert "| static |" not in section and "| weights |" in section and "capacity 79.6" in section
+    assert "In a tuner workload they are the knobs" not in md        # the garbled sentence is gone
+
+
+def test_the_banner_clears_only_for_a_proxy_on_the_plans_gpu(plan13):
+    # issue 31 item 9: a CPU-only --validate removed the "not validated" banner
+    base = {"note": "n", "rows": [], "band_pct_before": 7.0, "band_pct_after": 9.0, "fallbacks": []}
+    cpu = render_runbook({**plan13, "validation": {**base, "same_gpu": False}}, today="2026-01-01")
+    gpu = render_runbook({**plan13, "validation": {**base, "same_gpu": True}}, today="2026-01-01")
+    assert "CPU proxy only" in cpu and "Not validated" not in gpu and "CPU proxy only" not in gpu
 
 
 def test_runbook_uses_the_tuning_studys_settings(plan13):
@@ -53,14 +100,18 @@ def test_write_runbook_files_offline(plan13, tmp_path):
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (Debian package chromium)")
 def test_runbook_renders_in_headless_chromium(plan13, tmp_path):
     assert "runbook.pdf" in {p.name for p in write_runbook(plan13, tmp_path)}
-    assert (tmp_path / "runbook.pdf").read_bytes()[:4] == b"%PDF"
+    pdf = (tmp_path / "runbook.pdf").read_bytes()
+    assert pdf[:4] == b"%PDF"
+    pages = len(re.findall(rb"/Type\s*/Page[^s]", pdf))
+    assert 5 <= pages <= 7, pages                                 # about six printed pages
+    print(f"runbook.pdf: {pages} pages")
     page = tmp_path / "runbook.html"
     profile = tmp_path / "profile"
     dom = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
                           "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert dom.stdout.count('class="main-svg"') >= 1                # the plot is drawn by plotly.js
-    assert "1. Decision" in dom.stdout and "Failure playbook" in dom.stdout
+    assert "3. Decision" in dom.stdout and "Failure playbook" in dom.stdout
     js_errors = [ln for ln in dom.stderr.splitlines() if "Uncaught" in ln or ("CONSOLE" in ln and "ERROR" in ln.upper())]
     assert not js_errors, js_errors
     shot = tmp_path / "runbook.png"

@@ -9,8 +9,7 @@ from tuner.errors import SpecError
 from tuner.launch import TrialRequest
 from tuner.model import model_inputs
 from tuner.sim import PERTURB_RANGE, SimLauncher, physics_for, truth
-from tuner.spec import sim_physics_problem
-from tuner.spec import complete_params, load_spec
+from tuner.spec import complete_params, load_spec, sim_physics_problem
 
 SPEC = "studies/sim-llama13b-h100x8.toml"
 BASE = {"nccl_algo": "default", "nccl_proto": "default", "num_workers": 2, "prefetch_factor": 2,

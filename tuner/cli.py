@@ -153,6 +153,14 @@ def _add_plan_parser(sub) -> None:
                            f"{LLAMA3_FAILURES_PER_GPU_HOUR:.3g})")
     plan.add_argument("--max-lost-minutes", type=_number(float, 0, above=True), default=30.0,
                       help="worst-case lost work a failure may cost (default 30)")
+    plan.add_argument("--spare-nodes", type=_number(int, 0),
+                      help="idle nodes the job holds for a relaunch after a node failure (default: 1 from 8 nodes up)")
+    plan.add_argument("--slurmd-timeout-s", type=_number(float, 0, above=True), default=300.0,
+                      help="your cluster's SlurmdTimeout: how long a dead node goes unnoticed (default 300, Slurm's)")
+    plan.add_argument("--requeue-wait-minutes", type=_number(float, 0), default=10.0,
+                      help="wait for a free node after a requeue, without a spare (default 10, an allowance)")
+    plan.add_argument("--time-limit-hours", type=_number(float, 0, above=True), default=48.0,
+                      help="your partition's time limit per allocation, for the batch script (default 48)")
     plan.add_argument("--cost-per-gpu-hour", type=_number(float, 0, above=True), help="price, for the cost line")
     plan.add_argument("--calibration", type=Path, help="calibration JSON from `tuner distill`")
     plan.add_argument("--validate", action="store_true",
@@ -313,6 +321,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         gpus_per_node=args.gpus_per_node, inter_node_gbps=args.interconnect_gbps, seq_len=args.seq_len,
         global_batch_tokens=args.global_batch_tokens, storage_write_gbs_per_node=args.storage_write_gbs,
         failures_per_gpu_hour=args.failure_rate, max_lost_work_minutes=args.max_lost_minutes,
+        spare_nodes=args.spare_nodes, slurmd_timeout_s=args.slurmd_timeout_s,
+        requeue_wait_s=args.requeue_wait_minutes * 60, time_limit_hours=args.time_limit_hours,
         cost_per_gpu_hour=args.cost_per_gpu_hour,
         calibration=str(args.calibration) if args.calibration else None, validate=args.validate,
         proxy=args.proxy, launcher=args.launcher,

@@ -12,6 +12,10 @@ from typing import Any
 
 # public name -> the private module that defines it
 _EXPORTS = {
+    "BatchScript": "tuner.plan._runbook_script",
+    "batch_script": "tuner.plan._runbook_script",
+    "plan_batch_script": "tuner.plan._runbook_script",
+    "DEFAULT_TIME_LIMIT_HOURS": "tuner.plan._runbook_script",
     "LLAMA3_FAILURES_PER_GPU_HOUR": "tuner.plan._planning",
     "distill": "tuner.plan._distill",
     "format_plan": "tuner.plan._planning",

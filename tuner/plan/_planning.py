@@ -18,6 +18,7 @@ from typing import Any
 import helper
 from helper import LLAMA3_FAILURES_PER_GPU_HOUR, plan_training
 from tuner.errors import TunerError
+from tuner.plan._runbook_pages import validation_banner
 
 __all__ = ["run_plan", "format_plan", "validate_plan", "proxy_spec", "format_validation", "suggest",
            "LLAMA3_FAILURES_PER_GPU_HOUR"]
@@ -34,11 +35,11 @@ def format_plan(plan: dict[str, Any]) -> str:
     out = [f"Plan: {i['model']} ({i['n_params'] / 1e9:.3g}e9 params) on {i['gpu_count']} x {i['gpu']} "
            f"({i['nodes']} node(s) x {i['gpus_per_node']}, {i['inter_node_gbps']:.0f} Gb/s per GPU between nodes), "
            f"seq_len {i['seq_len']}, {i['tokens']:.3g} tokens",
-           f"calibration: {plan['source']}", "",
+           f"calibration: {plan['source']}", validation_banner(plan) or "validated on a proxy on this GPU", "",
            f"DECISION: {c['layout']} ({c['description']})"]
     out += [f"  - {r}" for r in plan["reasons"]]
-    out += ["", "Layouts (memory per GPU, GB; tokens/s/GPU with the calibration's band)",
-            f"  {'layout':<14}{'fits':<6}{'mem GB':>8}{'spare':>7}  {'mb':>3} {'ga':>3} {'AC':<4}"
+    out += ["", "Layouts (memory per GPU, GiB; tokens/s/GPU with the held-out band; one global batch for all)",
+            f"  {'layout':<14}{'fits':<6}{'GiB':>8}{'spare':>7}  {'mb':>3} {'ga':>3} {'AC':<4}"
             f"{'tok/s/GPU':>10} {'band':>15} {'MFU':>5} {'wall':>9} {'GPU-h':>9}"
             + (f" {'cost':>10}" if i["cost_per_gpu_hour"] else "")]
     for r in plan["layouts"]:
@@ -50,14 +51,14 @@ def format_plan(plan: dict[str, Any]) -> str:
                     + (f" {r['cost']:>10,.0f}" if r["cost"] is not None else ""))
         else:
             perf = f"{'-':>10} {'-':>15} {'-':>5} {'-':>9} {'-':>9}"
-        out.append(f"{mark} {r['layout']:<14}{'yes' if r['fits'] else 'NO':<6}{r['memory']['total']:>8.1f}"
-                   f"{r['headroom_gb']:>7.1f}  {r['micro_batch']:>3} {r['grad_accum']:>3} "
+        out.append(f"{mark} {r['layout']:<14}{'yes' if r['fits'] else 'NO':<6}{r['memory_gib']['total']:>8.1f}"
+                   f"{r['headroom_gib']:>7.1f}  {r['micro_batch']:>3} {r['grad_accum']:>3} "
                    f"{'on' if r['activation_checkpointing'] else 'off':<4}{perf}")
-    m = c["memory"]
-    out += ["", f"Memory per GPU of {c['layout']} (GB; {i['memory_capacity_gb']:.0f} GB capacity, "
-                f"{c['usable_gb']:.0f} usable with {i['memory_headroom']:.0%} headroom)",
-            "  " + ", ".join(f"{k} {v:.1f}" for k, v in m.items()),
-            f"  fits: {'yes' if c['fits'] else 'NO'}, {c['headroom_gb']:.1f} GB to spare"]
+    m = c["memory_gib"]
+    out += ["", f"Memory per GPU of {c['layout']} (GiB; capacity {i['memory_capacity_gib']:.1f}, "
+                f"{c['usable_gib']:.1f} usable with {i['memory_headroom']:.0%} headroom)",
+            "  " + ", ".join(f"{k} {v:.1f}" for k, v in m.items() if k != "static"),
+            f"  fits: {'yes' if c['fits'] else 'NO'}, {c['headroom_gib']:.1f} GiB to spare"]
     out += ["", "Batch",
             f"  guidance: {bg['target_tokens'] / 1e6:.2f}M tokens per step ({bg['target_source']}; compute-optimal "
             f"{bg['critical_batch_tokens'] / 1e6:.2f}M)",
@@ -67,8 +68,8 @@ def format_plan(plan: dict[str, Any]) -> str:
     out += [f"  WARNING: {w}" for w in c["warnings"]]
     lo, hi = c["band"]
     out += ["", "Throughput and time",
-            f"  {c['tokens_per_sec_per_gpu']:,.0f} tokens/s/GPU (band {lo:,.0f}-{hi:,.0f}, +/-{c['band_pct']:.0f}%), "
-            f"MFU {c['mfu']:.0%}, {c['step_time_s']:.2f} s per step",
+            f"  {c['tokens_per_sec_per_gpu']:,.0f} tokens/s/GPU (band {lo:,.0f}-{hi:,.0f}, +/-{c['band_pct']:.1f}%: "
+            f"{plan['band_source']}), MFU {c['mfu']:.0%}, {c['step_time_s']:.2f} s per step",
             f"  wall {_fmt_h(c['wall_hours'])} (band {_fmt_h(c['wall_hours_band'][0])}-{_fmt_h(c['wall_hours_band'][1])}), "
             f"{c['gpu_hours']:,.0f} GPU-hours"
             + (f", cost {c['cost']:,.0f} at {i['cost_per_gpu_hour']:g} per GPU-hour" if c["cost"] is not None else "")]
@@ -82,9 +83,12 @@ def format_plan(plan: dict[str, Any]) -> str:
             f"  where: {ck['where']}; keep the last {ck['keep']}",
             f"  worst-case lost work {ck['worst_case_lost_s'] / 60:.1f} min "
             f"{'<=' if ck['meets_limit'] else '>'} limit {ck['max_lost_work_minutes']:.0f} min: "
-            + " + ".join(f"{k[:-2]} {v / 60:.1f}" for k, v in p.items()) + " (min)"]
+            + " + ".join(f"{k[:-2]} {v / 60:.1f}" for k, v in p.items()) + " (min)",
+            f"  detection: collective timeout {ck['collective_timeout_s']:.0f} s (train.py sets it) + teardown "
+            f"{ck['teardown_s']:.0f} s, or SlurmdTimeout {ck['slurmd_timeout_s']:.0f} s; restart: {ck['restart_policy']}"]
     if not ck["meets_limit"]:
-        out.append("  WARNING: the limit cannot be met: shorten detection (NCCL timeout) or restart, or add storage bandwidth")
+        out.append("  WARNING: the limit cannot be met: add a spare node (--spare-nodes), shorten SlurmdTimeout, "
+                   "or add storage bandwidth")
     if plan.get("validation"):
         out += ["", format_validation(plan["validation"])]
     return "\n".join(out)
@@ -169,6 +173,8 @@ def validate_plan(plan: dict[str, Any], plan_args: dict[str, Any], *, out_dir: P
         raise TunerError(f"plan --validate: no proxy trial finished ok; see the logs under {out_dir / 'runs'}")
     base = helper.load_calibration(plan_args.get("calibration"))
     refit = helper.fit_calibration(measurements, base=base)
+    # the band stays the held-out one (helper.band): a few proxy trials cannot narrow it
+    refit["quality"]["held_out"] = (base.get("quality") or {}).get("held_out")
     rows = layout_rows(study, raw, {"before": base, "after": refit})  # HSDP/TP rows: helper.layouts
     peaks = {t.number: t.user_attrs.get("peak_mem_gib") for t in study.trials}
     for m in (m for m in measurements if not m.get("layout")):  # FSDP rows
@@ -191,30 +197,29 @@ def validate_plan(plan: dict[str, Any], plan_args: dict[str, Any], *, out_dir: P
     same_gpu = proxy_gpu == plan["inputs"]["gpu"]
     new_plan = plan_training(**{**plan_args, "calibration": refit}) if same_gpu else copy.deepcopy(plan)
     before_band = plan["chosen"]["band_pct"]
-    after_band = new_plan["chosen"]["band_pct"] if same_gpu else math.hypot(before_band, residual)
     note = ("the proxy ran on the plan's GPU: the plan is re-computed with the refitted calibration"
             if same_gpu else
             f"the proxy ran on {proxy_gpu}, not {plan['inputs']['gpu']}: it checks the model's "
-            "structure (FLOPs, collectives, memory), not the GPU's constants, so the plan's numbers stay and "
-            "the band widens by the proxy's remaining error")
+            "structure (FLOPs, collectives, memory), not the GPU's constants, so the plan's numbers stay, the band "
+            "widens by the proxy's remaining error, and the plan counts as not validated on its GPU")
+    for r in new_plan["layouts"]:  # on the plan's GPU: never under the proxy's residual; else widened by it
+        if r["tokens_per_sec_per_gpu"]:
+            b = (max(r["band_pct"], residual) if same_gpu else math.hypot(r["band_pct"], residual)) / 100
+            r.update(band_pct=b * 100, band=[r["tokens_per_sec_per_gpu"] * (1 - b),
+                                             r["tokens_per_sec_per_gpu"] * (1 + b)],
+                     wall_hours_band=[r["wall_hours"] / (1 + b), r["wall_hours"] / (1 - b)])
     validation = {"where": (f"CPU processes via the {launcher} launcher" if not same_gpu
                             else f"4 x {plan['inputs']['gpu']} via the {launcher} launcher"),
                   "note": note + ("; " + "; ".join(notes) if notes else ""), "fallbacks": notes, "rows": rows,
-                  "band_pct_before": before_band, "band_pct_after": after_band, "storage": url}
-    if not same_gpu:  # widen every band by the same rule
-        for r in new_plan["layouts"]:
-            if r["tokens_per_sec_per_gpu"]:
-                b = math.hypot(r["band_pct"], residual) / 100
-                r.update(band_pct=b * 100, band=[r["tokens_per_sec_per_gpu"] * (1 - b),
-                                                 r["tokens_per_sec_per_gpu"] * (1 + b)],
-                         wall_hours_band=[r["wall_hours"] / (1 + b), r["wall_hours"] / (1 - b)])
+                  "same_gpu": same_gpu, "band_pct_before": before_band,
+                  "band_pct_after": new_plan["chosen"]["band_pct"], "storage": url}
     new_plan["validation"] = validation
     return new_plan
 
 
 def run_plan(*, validate: bool = False, runbook_dir: str | Path | None = None, study_dir: str | Path | None = None,
              storage_url: str | None = None, tuning_study: str | None = None, proxy: str = "cpu",
-             launcher: str = "local", **plan_args: Any) -> tuple[str, list[Path]]:
+             launcher: str = "local", time_limit_hours: float = 48.0, **plan_args: Any) -> tuple[str, list[Path]]:
     """``tuner plan``: the plan (validated when asked), as text, and the runbook files written."""
     try:
         plan = plan_training(**plan_args)
@@ -230,7 +235,7 @@ def run_plan(*, validate: bool = False, runbook_dir: str | Path | None = None, s
         if tuning_study:
             from tuner.plan._runbook import tuning_settings
             tuning = tuning_settings(storage_url, tuning_study)
-        paths = write_runbook(plan, runbook_dir, tuning=tuning)
+        paths = write_runbook(plan, runbook_dir, tuning=tuning, time_limit_hours=time_limit_hours)
     return format_plan(plan), paths
 
 

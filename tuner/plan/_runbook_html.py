@@ -15,7 +15,8 @@ _CSS = """body{font-family:sans-serif;max-width:1100px;margin:auto;padding:0 1em
 table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 8px;text-align:left}
 th{background:#f2f2f2}pre{background:#f6f6f6;padding:.8em;overflow-x:auto}blockquote{color:#8a4b00;margin-left:0;
 padding-left:1em;border-left:4px solid #e0a040}h2{border-bottom:1px solid #ddd;page-break-before:auto}
-@media print{.plot{page-break-inside:avoid}}"""
+@media print{body{font-size:9.5pt;line-height:1.25;max-width:none}pre{font-size:7pt}td,th{padding:1px 4px}
+.plot{page-break-inside:avoid}.page{page-break-before:always}}"""
 
 
 def find_chromium() -> str | None:
@@ -28,7 +29,7 @@ def _figure(plan: dict[str, Any]):
 
     rows = plan["layouts"]
     names = [r["layout"] for r in rows]
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("Throughput (tokens/s/GPU, band)", "Memory per GPU (GB)"))
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("Throughput (tokens/s/GPU, band)", "Memory per GPU (GiB)"))
     tps = [r["tokens_per_sec_per_gpu"] or 0 for r in rows]
     fig.add_trace(go.Bar(x=names, y=tps, name="tokens/s/GPU",
                          marker_color=["#2a7" if r is plan["chosen"] else "#89a" for r in rows],
@@ -36,9 +37,9 @@ def _figure(plan: dict[str, Any]):
                                                             for r in rows],
                                   "arrayminus": [(r["tokens_per_sec_per_gpu"] - r["band"][0]) if r["band"] else 0
                                                  for r in rows]}), row=1, col=1)
-    for part in ("static", "activations", "gathered_params", "overhead"):
-        fig.add_trace(go.Bar(x=names, y=[r["memory"].get(part, 0.0) for r in rows], name=part), row=1, col=2)
-    usable = plan["chosen"]["usable_gb"]
+    for part in ("weights", "gradients", "optimizer", "activations", "gathered_params", "overhead"):
+        fig.add_trace(go.Bar(x=names, y=[r["memory_gib"].get(part, 0.0) for r in rows], name=part), row=1, col=2)
+    usable = plan["chosen"]["usable_gib"]
     fig.add_trace(go.Scatter(x=names, y=[usable] * len(names), mode="lines", name="usable memory",
                              line={"dash": "dash", "color": "crimson"}), row=1, col=2)
     fig.update_layout(barmode="stack", height=420, legend={"orientation": "h", "y": -0.25})
@@ -55,8 +56,10 @@ def render_runbook_html(plan: dict[str, Any], md: str) -> str:
     """A self-contained page: the runbook's markdown as HTML, the plot after the decision."""
     body = _markdown(md)
     plot = '<div class="plot">' + _figure(plan).to_html(full_html=False, include_plotlyjs=True) + "</div>"
-    marker = "<h2>2. Memory, batch and throughput</h2>"
+    marker = "<h2>4. Memory, batch and throughput</h2>"
     body = body.replace(marker, marker + plot, 1) if marker in body else plot + body
+    # page one is the plain-words page: the technical plan starts on a page of its own
+    body = body.replace("<h2>2. ", '<h2 class="page">2. ', 1)
     title = html.escape(f"Runbook: {plan['inputs']['model']} on {plan['inputs']['gpu_count']} x {plan['inputs']['gpu']}")
     return (f'<!doctype html><html><head><meta charset="utf-8"><title>{title}</title><style>{_CSS}</style></head>'
             f"<body>{body}</body></html>")

@@ -35,8 +35,8 @@ from helper.gpus import GPUS
 from helper.mesh import Layout
 from helper.presets import MODEL_PRESETS, get_preset
 
-__all__ = ["LAYOUT_KNOBS", "preset_problem", "sim_gpu_problem", "sim_physics_problem", "layout_problem", "space_layout_problem", "sim_problem",
-           "checkpoint_problem", "CHECKPOINT_MODES"]
+__all__ = ["LAYOUT_KNOBS", "preset_problem", "sim_gpu_problem", "sim_physics_problem", "layout_problem",
+           "space_layout_problem", "sim_problem", "checkpoint_problem", "CHECKPOINT_MODES"]
 
 LAYOUT_KNOBS = ("sharding", "shard_group_size", "tp_degree")
 """The knobs that choose the mesh."""
