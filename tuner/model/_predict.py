@@ -26,8 +26,8 @@ Example:
     >>> from tuner.model import model_inputs
     >>> inp = model_inputs({"micro_batch": 1}, model="llama-2-7b", gpu="H100-80GB", world_size=8,
     ...                    gpus_per_node=8, seq_len=2048)
-    >>> round(memory_gb(inp)), layout_adjustment(inp) is None
-    (29, True)
+    >>> 20 < memory_gb(inp) < 40, layout_adjustment(inp) is None
+    (True, True)
 """
 
 from __future__ import annotations
