@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from objectives.parallel import TP_PLAN, plan_layout
+from objectives.parallel import TP_PLAN, describe_layout, plan_layout
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_fsdp_finetune import torchrun, trial_config  # noqa: E402
@@ -23,7 +23,7 @@ from test_fsdp_finetune import torchrun, trial_config  # noqa: E402
 def test_plan_layout_mesh(knobs, world, gpn, mesh, dp):
     layout = plan_layout(knobs, world_size=world, gpus_per_node=gpn)
     assert layout.mesh_shape == mesh and layout.dp == dp and layout.world_size == world
-    assert layout.describe()["mesh"] == list(mesh)
+    assert describe_layout(layout, knobs)["mesh"] == list(mesh)
 
 
 def test_tp_ranks_of_one_group_read_the_same_batch():
