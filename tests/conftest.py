@@ -21,9 +21,10 @@ from __future__ import annotations
 import os
 import shutil
 
-import pg
 import pytest
-import slurm_cluster as slurm
+
+from tests import pg
+from tests import slurm_cluster as slurm
 
 _PG_FIXTURES = {"pg_url", "compose_pg", "private_db_url"}
 # Fixtures that start processes: a test using one is slow.

@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from spine_helpers import fast_spec
+
+from tests.spine_helpers import fast_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 

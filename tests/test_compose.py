@@ -20,9 +20,9 @@ import optuna
 import pytest
 import sqlalchemy
 import yaml
-from pg import expand, free_port, pg_available, sleep_launcher
-from spine_helpers import fast_spec
 
+from tests.pg import expand, free_port, pg_available, sleep_launcher
+from tests.spine_helpers import fast_spec
 from tuner.study import RunOptions, run_study
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,7 +93,8 @@ def test_postgres_major_matches_the_server_the_tests_use():
     if pg_available():
         pytest.skip(pg_available())
     import psycopg2
-    from pg import PG_HOST, PG_PORT, PG_USER
+
+    from tests.pg import PG_HOST, PG_PORT, PG_USER
     conn = psycopg2.connect(host=PG_HOST, port=PG_PORT, user=PG_USER, dbname="postgres", connect_timeout=3)
     major = conn.server_version // 10000
     conn.close()

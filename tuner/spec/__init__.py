@@ -13,6 +13,7 @@ Example:
 
 from tuner.spec._cluster import (
     layout_problem,
+    sim_physics_problem,
     space_layout_problem,
 )
 from tuner.spec._fingerprint import (
@@ -44,6 +45,7 @@ __all__ = [
     "layout_problem",
     "load_spec",
     "parse_spec",
+    "sim_physics_problem",
     "space_layout_problem",
     "spec_fingerprint",
     "study_name_problem",

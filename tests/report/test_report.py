@@ -1,0 +1,97 @@
+"""report.html opens in real headless Chromium with its plots drawn; RECIPE.md fits a page."""
+
+import shutil
+import subprocess
+
+import pytest
+
+from tests.stats.test_analysis import synthetic_study
+from tuner.report import render_recipe, save_recipe_note, write_report
+from tuner.stats import analyze_study
+from tuner.storage import study_storage
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--virtual-time-budget=8000", "--window-size=1200,2400"]
+
+
+@pytest.fixture(scope="module")
+def study_and_analysis():
+    study = synthetic_study(n=40, seed=2)
+    return study, analyze_study(study, n_boot=10)
+
+
+def test_recipe_is_one_page_and_says_where_numbers_come_from(study_and_analysis):
+    _, analysis = study_and_analysis
+    recipe = render_recipe(analysis, planned_tokens=2e9, today="2026-01-01")
+    assert len(recipe.splitlines()) <= 60
+    assert "Speedup vs baseline" in recipe and "GPU-h saved" in recipe and "Measured" in recipe
+    assert "## Apply" in recipe and "micro-batch" in recipe
+    sim = render_recipe({**analysis, "simulated": True})
+    assert "SIMULATED" in sim and "not from measurements" in sim
+
+
+def test_report_files_and_dashboard_note(study_and_analysis, tmp_path):
+    study, analysis = study_and_analysis
+    paths = write_report(study, analysis, tmp_path)
+    page = paths["html"].read_text()
+    assert '<script src="http' not in page and "Plotly" in page   # plotly.js inlined: works offline
+    assert save_recipe_note(study, paths["recipe"].read_text())
+    from optuna_dashboard._note import get_note_from_system_attrs
+    storage = study_storage(study)   # Optuna 5's Study has no system_attrs; its storage does
+    note = get_note_from_system_attrs(storage.get_study_system_attrs(
+        storage.get_study_id_from_name(study.study_name)), None)
+    assert "Recipe" in note["body"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (Debian package chromium)")
+def test_report_renders_in_headless_chromium(study_and_analysis, tmp_path):
+    study, analysis = study_and_analysis
+    page = write_report(study, analysis, tmp_path)["html"]
+    profile = tmp_path / "profile"
+    dom = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
+                          "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert dom.stdout.count('class="main-svg"') >= 4           # plots actually drawn by plotly.js
+    js_errors = [ln for ln in dom.stderr.splitlines() if "Uncaught" in ln or ("CONSOLE" in ln and "ERROR" in ln.upper())]
+    assert not js_errors, js_errors
+    shot = tmp_path / "report.png"
+    subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", f"--screenshot={shot}", page.as_uri()],
+                   capture_output=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 10_000
+
+
+def test_recipe_fits_the_backend_warns_when_inconclusive_and_names_a_winning_baseline(study_and_analysis):
+    _, analysis = study_and_analysis
+    gloo = render_recipe(analysis)      # the synthetic study ran on gloo (CPU)
+    assert "export NCCL_" not in gloo and "unset NCCL_" not in gloo and "not applicable" in gloo
+    nccl = {**analysis, "spec": {**analysis["spec"], "cluster": {**analysis["spec"]["cluster"], "backend": "nccl"}}}
+    assert "NCCL_" in render_recipe(nccl) and "not applicable" not in render_recipe(nccl)
+    assert "Inconclusive" not in gloo
+    assert "Inconclusive" in render_recipe({**analysis, "n_ok": 2}) and "only 2 trial(s)" in render_recipe(
+        {**analysis, "n_ok": 2})
+    base_best = {**analysis, "best": {**analysis["best"], "trial": analysis["baseline"]["trial"],
+                                      "winners_curse_adjusted": False}}
+    assert "the baseline itself" in render_recipe(base_best) and "not re-measured" not in render_recipe(base_best)
+
+
+def test_recipe_shows_the_flaky_faster_config_and_keeps_placebos_out_of_what_matters():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from synthetic_studies import build_study
+
+    from tuner.stats import analyze_record
+
+    record, _ = build_study("failures", 2, "ar1-0.5")
+    analysis = analyze_record(record, n_boot=40)
+    recipe = render_recipe(analysis, today="2026-01-01")
+    matters = recipe.split("## What matters")[1].split("## Provenance")[0]
+    assert "nccl_proto" not in matters.split("Not distinguishable")[0]        # the placebo knob
+    assert "micro_batch" in matters and "Failure-prone: micro_batch=8" in recipe
+    if analysis["best"]["faster_but_flaky"]:
+        assert "Not recommended although faster" in recipe
+    assert "--micro-batch 8" not in recipe.split("## What it buys")[0]        # not the config to apply

@@ -1,0 +1,31 @@
+"""Optuna's private attributes, reached in tuner.storage only: fail loudly if they move."""
+
+import subprocess
+from pathlib import Path
+
+import optuna
+
+from tuner.storage import missing_internals, open_storage, rdb_storage, study_storage, trial_id
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_installed_optuna_still_has_what_tuner_reaches():
+    assert missing_internals() == [], (
+        f"Optuna {optuna.__version__} moved internals tuner.storage relies on: {missing_internals()}")
+
+
+def test_the_accessors_reach_the_rdb_storage_and_the_trial_id(tmp_path):
+    storage = open_storage(f"sqlite:///{tmp_path}/t.db")
+    study = optuna.create_study(storage=storage)
+    trial = study.ask()
+    assert rdb_storage(study) is storage
+    assert study_storage(study).get_trial(trial_id(trial)).number == trial.number
+    assert trial_id(study.trials[0]) == trial_id(trial)
+
+
+def test_no_module_outside_optuna_internals_reaches_optuna_privates():
+    pattern = r"(?<!self)(?<!tuner\.storage)\._(storage|trial_id|backend|study_id|cached_trial_ids)\b"   # another object's
+    found = subprocess.run(["grep", "-rnP", pattern, "--include=*.py", "tuner", "bench", "objectives", "helper"],
+                           cwd=ROOT, capture_output=True, text=True).stdout.splitlines()
+    assert [f for f in found if not f.startswith("tuner/storage/_optuna_internals.py")] == []

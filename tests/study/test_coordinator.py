@@ -1,0 +1,346 @@
+"""The ask -> admit -> launch -> tell loop, with an in-process launcher (no processes).
+
+The coordinator's contract suite: every test that takes ``storage_url`` runs on SQLite and
+on PostgreSQL (tests/conftest.py), as Optuna's StorageTestCase runs over its backends.
+"""
+
+import time
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tests.spine_helpers import fast_spec
+from tuner.errors import StudyConflictError
+from tuner.launch import Launcher, TrialResult
+from tuner.search import suggest_params
+from tuner.spec import complete_params
+from tuner.stats import analyze_record, study_record
+from tuner.storage import open_storage, trial_id
+from tuner.study import RunOptions, enqueue_lost_retries, load_existing_study, open_study, plan_ablation, retry_once, run_study
+
+
+class FakeLauncher(Launcher):
+    """10 GPU-seconds a trial; throughput 1000 x micro_batch (+50 packed); Tree fails; mb 4 OOMs."""
+
+    name = "fake"
+
+    def __init__(self, spec, interrupt_at=None):
+        super().__init__(spec)
+        self.calls, self.interrupt_at = [], interrupt_at
+
+    def launch(self, request):
+        self.calls.append(request)
+        if self.interrupt_at is not None and len(self.calls) == self.interrupt_at:
+            raise KeyboardInterrupt
+        p = request.params
+        common = dict(launcher="fake", world_size=2, gpu_seconds=10.0, wall_seconds=5.0)
+        if p["nccl_algo"] == "Tree":
+            return TrialResult(status="error", message="no algorithm/protocol available", **common)
+        if p["micro_batch"] == 4:
+            return TrialResult(status="oom", message="out of memory", **common)
+        tps = 1000.0 * p["micro_batch"] + (50.0 if p["padding"] == "packed" else 0.0)
+        return TrialResult(status="ok", step_values=tuple((s, tps + (s % 2)) for s in range(1, 5)), **common)
+
+
+def options(storage_url, tmp_path, **kw):
+    return RunOptions(storage_url=storage_url, runs_dir=tmp_path / "runs", **kw)
+
+
+def load(storage_url, name="fast"):
+    return optuna.load_study(study_name=name, storage=storage_url)
+
+
+def test_study_record_budget_and_baseline(tmp_path, storage_url):
+    spec = fast_spec(tmp_path)
+    summary = run_study(spec, options(storage_url, tmp_path, budget_gpu_seconds=95.0), launcher=FakeLauncher(spec))
+    study = load(storage_url)
+    # configs screened out before launch (tuner.search: here micro_batch 4 after its OOM) and a
+    # sampler's exact repeats (tuner.search) are never launched: FAIL `pruned` / `repeat` at 0 GPU-s
+    trials = [t for t in study.get_trials() if t.user_attrs.get("status") not in ("pruned", "repeat")]
+    assert trials[0].user_attrs["role"] == "baseline"
+    assert trials[0].params == {"micro_batch": 1, "padding": "max_length", "nccl_algo": "default"}
+    assert summary.stopped == "budget" and summary.launched == 9       # 9 x 10 <= 95 < 10 x 10
+    assert summary.used_gpu_seconds <= 95.0
+    assert all(t.state == TrialState.COMPLETE for t in trials)
+    assert len({repr(sorted(t.params.items())) for t in trials}) == len(trials)   # no config ran twice
+    for t in trials:
+        status = t.user_attrs["status"]
+        assert t.user_attrs["gpu_seconds"] == 10.0 and t.user_attrs["reserved_gpu_seconds"] > 0
+        if status == "ok":
+            assert t.system_attrs["constraints:failed"] == 0.0
+            assert sorted(t.intermediate_values) == [1, 2, 3, 4]
+            assert t.value == pytest.approx(sum(t.intermediate_values.values()) / 4)
+        else:
+            assert t.value == 0.0 and t.system_attrs["constraints:failed"] == 1.0
+    assert study.best_trial.user_attrs["status"] == "ok"
+    attrs = study.user_attrs
+    assert attrs["budget_limit_gpu_seconds"] == 95.0 and attrs["spec"]["model"]["preset"] == "tiny"
+    assert attrs["simulated"] is False
+
+
+def test_ctrl_c_then_resume(tmp_path, storage_url):
+    spec = fast_spec(tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        run_study(spec, options(storage_url, tmp_path, budget_gpu_seconds=60.0), launcher=FakeLauncher(spec, interrupt_at=2))
+    study = load(storage_url)
+    interrupted = [t for t in study.trials if t.state == TrialState.FAIL and t.user_attrs.get("status") != "pruned"]
+    assert len(interrupted) == 1 and interrupted[0].user_attrs["gpu_seconds"] >= 0
+    waiting = [t for t in study.trials if t.state == TrialState.WAITING]
+    assert len(waiting) == 1 and waiting[0].user_attrs["retry_of"] == interrupted[0].number
+    launcher = FakeLauncher(spec)
+    run_study(spec, options(storage_url, tmp_path), launcher=launcher)                # the same command again
+    assert launcher.calls[0].params["micro_batch"] == interrupted[0].params["micro_batch"]
+    study = load(storage_url)
+    assert not [t for t in study.trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+
+
+def test_dead_coordinators_trial_goes_stale_counts_and_is_retried_once(tmp_path, storage_url):
+    spec = fast_spec(tmp_path)
+    study, _ = open_study(spec, storage_url=storage_url, budget_gpu_seconds=100.0)
+    dead = study.ask()                                    # the baseline, as a dead coordinator left it
+    params = suggest_params(dead, spec)
+    dead.set_user_attr("reserved_gpu_seconds", 30.0)
+    storage = open_storage(storage_url)
+    storage.record_heartbeat(trial_id(dead))
+    time.sleep(2.5)
+    launcher = FakeLauncher(spec)
+    summary = run_study(spec, options(storage_url, tmp_path, grace_period_s=1), launcher=launcher)
+    study = load(storage_url)
+    assert study.trials[0].state == TrialState.FAIL
+    assert launcher.calls[0].params == complete_params(params, spec)   # every knob, defaults filled
+    assert launcher.calls[0].params["activation_checkpointing"] is False and launcher.calls[0].params["nccl_proto"] == "default"
+    retry = study.trials[1]
+    assert retry.user_attrs["retry_of"] == 0 and retry.user_attrs["role"] == "baseline"
+    # the dead trial's reservation counts: 30 + 7 x 10 = 100
+    assert summary.used_gpu_seconds == pytest.approx(100.0) and summary.launched == 7
+
+
+def test_a_trial_running_elsewhere_is_waited_out_and_the_study_ends_with_none_in_flight(tmp_path, storage_url):
+    spec = fast_spec(tmp_path)
+    study, _ = open_study(spec, storage_url=storage_url, budget_gpu_seconds=40.0)
+    dead = study.ask()                           # a coordinator killed -9 a moment ago
+    suggest_params(dead, spec)
+    dead.set_user_attr("reserved_gpu_seconds", 35.0)  # 5 left: nothing fits until it ends
+    open_storage(storage_url).record_heartbeat(trial_id(dead))
+    events, t0 = [], time.monotonic()
+    summary = run_study(spec, options(storage_url, tmp_path, grace_period_s=2), on_event=events.append,
+                        launcher=FakeLauncher(spec))
+    assert time.monotonic() - t0 >= 1.5          # waited for the heartbeat to go stale
+    assert any("running elsewhere" in e.message for e in events if e.kind == "note")
+    study = load(storage_url)
+    assert study.trials[0].state == TrialState.FAIL and "status" not in study.trials[0].user_attrs
+    retry = study.trials[1]                      # its retry: no budget left to run it
+    assert retry.user_attrs["retry_of"] == 0 and retry.state == TrialState.FAIL
+    assert retry.user_attrs["status"] == "skipped" and retry.user_attrs["gpu_seconds"] == 0.0
+    assert not [t for t in study.trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    assert summary.launched == 0 and summary.statuses == {"fail": 1, "skipped": 1}
+    assert summary.used_gpu_seconds == pytest.approx(35.0)   # the dead trial's reservation
+
+
+def test_ablation_runs_the_budget_cannot_pay_for_end_skipped_and_out_of_the_statistics(tmp_path, storage_url):
+    spec = fast_spec(tmp_path, ablation_share=0.1)
+    summary = run_study(spec, options(storage_url, tmp_path, budget_gpu_seconds=100.0), launcher=FakeLauncher(spec))
+    study = load(storage_url)
+    assert not [t for t in study.trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    ablation = [t for t in study.trials if t.user_attrs.get("role") == "ablation"]
+    skipped = [t for t in ablation if t.state == TrialState.FAIL]
+    assert skipped and len(skipped) < len(ablation)       # 10 GPU-s paid for one run, not all
+    for t in skipped:
+        assert t.user_attrs["status"] == "skipped" and t.user_attrs["gpu_seconds"] == 0.0
+        assert "budget was spent" in t.user_attrs["message"]
+    assert summary.statuses["skipped"] == len(skipped)
+    analysis = analyze_record(study_record(study), n_boot=0)
+    assert analysis["n_skipped"] == len(skipped)
+    repeats = [t for t in study.trials if t.user_attrs.get("status") == "repeat"]   # never launched
+    assert analysis["n_trials"] == len(study.trials) - len(skipped) - len(repeats)
+    assert not {t.number for t in skipped} & {t["trial"] for t in analysis["trials"]}
+
+
+def test_ablation_after_search(tmp_path, storage_url):
+    spec = fast_spec(tmp_path, ablation_share=0.3)
+    run_study(spec, options(storage_url, tmp_path, budget_gpu_seconds=200.0), launcher=FakeLauncher(spec))
+    study = load(storage_url)
+    ablation = [t for t in study.trials if t.user_attrs.get("role") == "ablation"]
+    search = [t for t in study.trials if t.user_attrs.get("role") != "ablation"]
+    best = max((t for t in search if t.user_attrs["status"] == "ok"), key=lambda t: t.value)
+    assert ablation[0].params == best.params and "ablation_knob" not in ablation[0].user_attrs
+    base = study.trials[0].params
+    # the baseline is re-measured right after the best (run-to-run variation, tuner.study)
+    assert ablation[1].params == base and ablation[1].user_attrs["remeasure"] == "baseline"
+    reverts = [t for t in ablation if "ablation_knob" in t.user_attrs]
+    for t in reverts:
+        knob = t.user_attrs["ablation_knob"]
+        assert t.params[knob] == base[knob]
+        assert {k: v for k, v in t.params.items() if k != knob} == {k: v for k, v in best.params.items() if k != knob}
+    assert {t.user_attrs["ablation_knob"] for t in reverts} == {k for k in base if base[k] != best.params[k]}
+
+
+class BaselineFailsLauncher(FakeLauncher):
+    """FakeLauncher where the spec's baseline config (micro_batch 1, max_length, default) crashes."""
+
+    def launch(self, request):
+        p = request.params
+        if p["micro_batch"] == 1 and p["padding"] == "max_length" and p["nccl_algo"] == "default":
+            self.calls.append(request)
+            return TrialResult(status="error", message="worker exited with code 1", launcher="fake", world_size=2,
+                               gpu_seconds=10.0, wall_seconds=5.0)
+        return super().launch(request)
+
+
+def test_a_failed_baseline_still_gets_the_best_re_measured(tmp_path, storage_url):
+    """No baseline to revert to: the ablation re-measures the best and the candidates (and its
+    runoff some of them again: tuner.stats), nothing else, and the recommendation is chosen on
+    those re-measurements."""
+    spec = fast_spec(tmp_path, ablation_share=0.3)
+    run_study(spec, options(storage_url, tmp_path, budget_gpu_seconds=200.0), launcher=BaselineFailsLauncher(spec))
+    study = load(storage_url)
+    assert study.trials[0].user_attrs["role"] == "baseline" and study.trials[0].user_attrs["status"] == "error"
+    ablation = [t for t in study.trials if t.user_attrs.get("role") == "ablation"]
+    assert ablation, "the ablation round was skipped"
+    assert {t.user_attrs.get("remeasure") for t in ablation} <= {"best", "candidate", "runoff"}
+    assert not any("ablation_knob" in t.user_attrs for t in ablation)
+    search = [t for t in study.trials if t.user_attrs.get("role") != "ablation" and t.user_attrs["status"] == "ok"]
+    assert ablation[0].params in [t.params for t in search] and ablation[0].user_attrs["remeasure"] == "best"
+    best = analyze_record(study_record(study), n_boot=0)["best"]
+    assert best["winners_curse_adjusted"] and best["chosen_on"] in ("re-measurements", "runoff re-measurements")
+
+
+def test_a_sampler_that_proposes_only_screened_configs_ends_the_search_not_the_ablation(tmp_path, storage_url,
+                                                                                        monkeypatch):
+    """After its first few trials every proposal is screened out: the search is over, and the
+    ablation round still re-measures what it found (it used to end the study there, the
+    ablation's share unspent and nothing re-measured; seen on the 13B x 8 H100 sim)."""
+    import tuner.study._admission as admission
+    from tuner.search import Verdict
+
+    spec = fast_spec(tmp_path, ablation_share=0.3)
+    launcher = FakeLauncher(spec)
+    monkeypatch.setattr(admission, "MAX_PRUNED_IN_A_ROW", 5)
+    monkeypatch.setattr(admission, "screen", lambda study, spec, params, launcher=None: (
+        Verdict(rule="memory", reason="screened for the test") if len(launcher.calls) >= 4 else None))
+    summary = run_study(spec, options(storage_url, tmp_path, budget_gpu_seconds=400.0), launcher=launcher)
+    study = load(storage_url)
+    assert study.user_attrs["search_exhausted"] and "screened out" in study.user_attrs["search_exhausted_reason"]
+    ablation = [t for t in study.trials if t.user_attrs.get("role") == "ablation"]
+    assert ablation and all(t.state == TrialState.COMPLETE for t in ablation), "the ablation round was skipped"
+    assert len(launcher.calls) == 4 + len(ablation)
+    assert summary.stopped == "search exhausted"
+
+
+def test_plan_ablation_handles_the_conditional_knob(tmp_path):
+    spec = fast_spec(tmp_path, extra_space="num_workers = [0, 2]\nprefetch_factor = [2, 4]", baseline=False)
+    best = {"micro_batch": 2, "num_workers": 2, "prefetch_factor": 4}
+    runs = dict(plan_ablation(spec, best, {"micro_batch": 1, "num_workers": 0}))
+    assert runs[None] == best
+    assert runs["num_workers"] == {"micro_batch": 2, "num_workers": 0}   # prefetch_factor dropped
+    assert "prefetch_factor" not in runs                                  # not a one-knob change
+
+
+def test_plan_ablation_puts_the_given_order_first(tmp_path):
+    spec = fast_spec(tmp_path, extra_space="num_workers = [0, 2]", baseline=False)
+    best = {"micro_batch": 2, "num_workers": 2, "prefetch_factor": 2}
+    base = {"micro_batch": 1, "num_workers": 1, "prefetch_factor": 2}
+    assert [k for k, _ in plan_ablation(spec, best, base)] == [None, "micro_batch", "num_workers"]
+    assert [k for k, _ in plan_ablation(spec, best, base, ["num_workers", "nope"])] == [None, "num_workers", "micro_batch"]
+
+
+def test_joining_with_another_spec_is_refused_with_a_diff(tmp_path, storage_url):
+    spec = fast_spec(tmp_path)
+    open_study(spec, storage_url=storage_url, budget_gpu_seconds=50.0)
+    other = fast_spec(tmp_path, timeout_s=99)
+    with pytest.raises(StudyConflictError, match=r"trial.timeout_s: 60(\.0)? -> 99"):
+        open_study(other, storage_url=storage_url)
+
+
+def test_no_budget_anywhere_is_an_error_and_creates_nothing(tmp_path, storage_url):
+    spec = fast_spec(tmp_path)
+    with pytest.raises(StudyConflictError, match="no budget"):
+        open_study(spec, storage_url=storage_url)
+    assert optuna.get_all_study_names(storage_url) == []
+
+
+class FlakyInfraLauncher(FakeLauncher):
+    """The first trial loses its node: not the config's fault."""
+
+    def launch(self, request):
+        result = super().launch(request)
+        if len(self.calls) == 1:
+            return TrialResult(status="error", message="slurm: NODE_FAIL", launcher="fake", world_size=2,
+                               gpu_seconds=4.0, wall_seconds=2.0, extra={"slurm_failure": True})
+        return result
+
+
+def test_infrastructure_failure_is_fail_charged_and_retried_not_a_constraint(tmp_path, storage_url):
+    spec = fast_spec(tmp_path)
+    launcher = FlakyInfraLauncher(spec)
+    run_study(spec, options(storage_url, tmp_path, budget_gpu_seconds=24.0), launcher=launcher)
+    study = load(storage_url)
+    first, retry = study.trials[0], study.trials[1]
+    assert first.state == TrialState.FAIL and first.user_attrs["gpu_seconds"] == 4.0
+    assert "constraints:failed" not in first.system_attrs
+    assert retry.user_attrs["retry_of"] == 0 and retry.params == first.params
+    assert retry.user_attrs["role"] == "baseline" and retry.user_attrs["status"] == "ok"
+
+
+def test_a_retry_lost_between_the_fail_and_its_enqueue_is_queued_by_the_next_admission(tmp_path, storage_url):
+    """Optuna runs the stale-trial callback after committing the FAIL: a storage error (or a
+    death) between the two used to lose the retry for good."""
+    spec = fast_spec(tmp_path)
+    study, _ = open_study(spec, storage_url=storage_url, budget_gpu_seconds=40.0)
+    cut = study.ask()                                     # the baseline, failed with no retry queued
+    suggest_params(cut, spec)
+    study.tell(cut, state=TrialState.FAIL)
+    run_study(spec, options(storage_url, tmp_path), launcher=FakeLauncher(spec))
+    trials = load(storage_url).trials
+    retries = [t for t in trials if t.user_attrs.get("retry_of") == 0]
+    assert len(retries) == 1 and retries[0].params == cut.params and retries[0].state == TrialState.COMPLETE
+    assert retries[0].user_attrs["role"] == "baseline"
+    assert enqueue_lost_retries(load(storage_url), trials) == []          # once
+
+
+def test_a_retry_keeps_why_its_trial_ran_and_a_cut_retry_is_queued_again(tmp_path):
+    spec = fast_spec(tmp_path)
+    study, _ = open_study(spec, storage_url=f"sqlite:///{tmp_path}/t.db", budget_gpu_seconds=40.0)
+    study.enqueue_trial({"micro_batch": 2, "padding": "packed", "nccl_algo": "Ring"},
+                        user_attrs={"role": "ablation", "ablation_of": 3, "ablation_round": 2, "remeasure": "runoff"})
+    for t in study.get_trials(states=(TrialState.WAITING,)):
+        study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)   # the runoff run, found stale
+    runoff_run = study.get_trials()[-1]
+    retry_once(study, runoff_run)
+    retry = study.get_trials()[-1]
+    assert {k: retry.user_attrs.get(k) for k in ("role", "ablation_of", "ablation_round", "remeasure", "retry_of")} \
+        == {"role": "ablation", "ablation_of": 3, "ablation_round": 2, "remeasure": "runoff",
+            "retry_of": runoff_run.number}
+    study._storage.set_trial_state_values(retry._trial_id, TrialState.FAIL)   # the retry, found stale: not again
+    retry_once(study, study.get_trials()[-1])
+    assert len(study.get_trials()) == 3
+    study.enqueue_trial(retry.params, user_attrs={**retry.user_attrs, "never_launched": True})
+    cut = study.get_trials()[-1]                          # a retry whose admission a storage error cut
+    study._storage.set_trial_state_values(cut._trial_id, TrialState.FAIL)
+    retry_once(study, study.get_trials()[-1])             # never ran, so never its config's fault: again
+    assert study.get_trials()[-1].user_attrs["retry_of"] == cut.number and len(study.get_trials()) == 5
+
+
+class BrokenLauncher(FakeLauncher):
+    def launch(self, request):
+        raise RuntimeError("sbatch refused: invalid account")
+
+
+def test_a_broken_launcher_leaves_no_running_trial(tmp_path, storage_url):
+    spec = fast_spec(tmp_path)
+    with pytest.raises(RuntimeError, match="sbatch refused"):
+        run_study(spec, options(storage_url, tmp_path, budget_gpu_seconds=50.0), launcher=BrokenLauncher(spec))
+    study = load(storage_url)
+    assert study.trials[0].state == TrialState.FAIL
+    assert "sbatch refused" in study.trials[0].user_attrs["message"]
+    assert not [t for t in study.trials if t.state == TrialState.RUNNING]
+
+
+def test_a_missing_study_is_named_without_the_password(pg_url):  # noqa: F811
+    url = pg_url.replace("postgres@", "postgres:s3cret@")  # trust auth ignores it; errors must not show it
+    optuna.create_study(study_name="there", storage=open_storage(url))
+    with pytest.raises(StudyConflictError) as err:
+        load_existing_study(url, "gone")
+    assert "s3cret" not in str(err.value) and "***" in str(err.value)
+    assert str(err.value).endswith("(studies there: there)")
