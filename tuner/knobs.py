@@ -32,6 +32,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -182,7 +183,13 @@ def _depth(name: str) -> int:
 
 def ordered(names: Iterable[str]) -> list[str]:
     """``names`` with every conditional knob after its parent (stable otherwise)."""
-    return sorted(names, key=_depth)
+    return list(_ordered(tuple(names)))
+
+
+@functools.lru_cache(maxsize=256)
+def _ordered(names: tuple[str, ...]) -> tuple[str, ...]:
+    # resolve() orders the catalogue on every call: the sampler resolves thousands of configs
+    return tuple(sorted(names, key=_depth))
 
 
 def resolve(params: Mapping[str, Any], defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -59,7 +59,8 @@ class ModelGrid:
                               np.array([bool(f["activation_checkpointing"]) for f in self.full]),
                               np.array([int(f["grad_accum"]) > 1 for f in self.full]),
                               np.array([str(f["padding"]) for f in self.full]))
-        self._plans: dict[tuple, Any] = {}
+        self._plans: dict[Any, Any] = {}
+        self._plan_of: dict[tuple[int, float], tuple[Any, float] | None] = {}
 
     def _code(self, i: int, value: Any) -> int:
         if value is None:
@@ -105,13 +106,17 @@ class ModelGrid:
         return out
 
     def plan(self, i: int, mean_tokens: float) -> tuple[Any, float] | None:
-        """(helper StepPlan, padding efficiency) of candidate i, or None when NCCL cannot run it."""
-        inp = model.spec_model_inputs(self.full[i], self.spec, mean_tokens=mean_tokens)
-        key = dataclasses.replace(inp, prefetch_factor=None)  # no steady-state effect in the model
-        if key not in self._plans:
-            self._plans[key] = model.step_plan(inp)
-        plan = self._plans[key]
-        return None if plan is None else (plan, inp.padding_efficiency)
+        """(helper StepPlan, padding efficiency) of candidate i, or None when NCCL cannot run it.
+        Made once per (candidate, mean example length): the sampler asks for every candidate at
+        every proposal."""
+        if (i, mean_tokens) not in self._plan_of:
+            inp = model.spec_model_inputs(self.full[i], self.spec, mean_tokens=mean_tokens)
+            key = dataclasses.replace(inp, prefetch_factor=None)  # no steady-state effect in the model
+            if key not in self._plans:
+                self._plans[key] = model.step_plan(inp)
+            plan = self._plans[key]
+            self._plan_of[(i, mean_tokens)] = None if plan is None else (plan, inp.padding_efficiency)
+        return self._plan_of[(i, mean_tokens)]
 
 
 def knobs_active(params: dict[str, Any]) -> bool:

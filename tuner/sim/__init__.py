@@ -5,8 +5,8 @@
 version-dependent NCCL rule). Used to rehearse a study and to benchmark the search.
 
 Example:
-    >>> parse_sim_physics("perturbed:3") is None
-    True
+    >>> physics_for("perturbed:3", "H100-80GB").matched
+    False
 """
 
 from tuner.sim._launcher import (

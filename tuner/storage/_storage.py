@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 import optuna
 import sqlalchemy
+import sqlalchemy.event
 import sqlalchemy.exc
 import sqlalchemy.pool
 
@@ -144,8 +145,10 @@ def open_storage(
         try:
             with warnings.catch_warnings(), _schema_lock(url, create_tables):
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return HeartbeatRDBStorage(url, engine_kwargs=_engine_kwargs(url), skip_table_creation=not create_tables,
-                                   **hb_kwargs)
+                storage = HeartbeatRDBStorage(url, engine_kwargs=_engine_kwargs(url),
+                                              skip_table_creation=not create_tables, **hb_kwargs)
+            _fast_local_commits(storage.engine, url)
+            return storage
         except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError, ImportError,
                 ValueError, RuntimeError) as exc:
             reason = _first_line(exc)
@@ -155,6 +158,47 @@ def open_storage(
             if not create_tables and re.search(r"version_info.? does not exist|no such table: version_info", reason):
                 reason = "no Optuna tables here (no study has been run against it; `tuner run` creates them)"
             raise StorageError(f"cannot open storage {redact_url(url)}: {reason}") from None
+
+
+_NETWORK_FILESYSTEMS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "lustre", "gpfs", "beegfs", "ceph",
+                        "glusterfs", "9p")
+
+
+def _filesystem_type(path: Path) -> str:
+    """The type of the file system holding ``path`` (the longest matching mount in /proc/mounts)."""
+    best, kind = "", ""
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return ""
+    for line in mounts:
+        parts = line.split()
+        if len(parts) >= 3 and str(path).startswith(parts[1]) and len(parts[1]) > len(best):
+            best, kind = parts[1], parts[2]
+    return kind
+
+
+def _fast_local_commits(engine: sqlalchemy.engine.Engine, url: str) -> None:
+    """A SQLite file on a local disk: write-ahead log and ``synchronous=NORMAL``, so a commit
+    costs microseconds, not an fsync (a trial's bookkeeping is some 30 commits: about 10 ms each
+    with the rollback journal on this project's VM, 0.01 ms with WAL). Readers (optuna-dashboard,
+    `tuner status`) no longer block the writer. A power loss can roll back the last commits (the
+    database stays consistent); a crashed process loses nothing. SQLite's WAL needs shared memory,
+    so a file on a network file system keeps the rollback journal (sqlite.org/wal.html)."""
+    if not url.startswith("sqlite:///") or url == "sqlite:///:memory:":
+        return
+    path = Path(url[len("sqlite:///"):]).expanduser().resolve()
+    if _filesystem_type(path) in _NETWORK_FILESYSTEMS:
+        return
+
+    @sqlalchemy.event.listens_for(engine, "connect")
+    def _pragmas(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    engine.dispose()  # connections made while the schema was created reconnect with the pragmas
 
 
 # What a PostgreSQL server says while it restarts (its own message texts). A refused
