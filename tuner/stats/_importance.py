@@ -69,22 +69,35 @@ def _encode(trials: Sequence[TrialRecord], knobs: Sequence[str]) -> np.ndarray:
 
 
 class _Surrogate:
-    """A fitted second-order ANOVA surrogate (ridge on one-hot codes) and its LOO R^2."""
+    """A fitted second-order ANOVA surrogate (ridge on one-hot codes) and its LOO R^2.
+
+    The one-hot matrix is formed for the fit only. Predictions look each code up in its
+    column's coefficients (the same sum, without the rows x one-hot-columns product), and the
+    ridge is solved in whichever of the trials' (n x n) and the columns' (p x p) spaces is
+    smaller, so a 10,000-trial study costs a p x p eigendecomposition, not an n x n one.
+    """
 
     def __init__(self, cats: list[np.ndarray], design, x: np.ndarray, y: np.ndarray,
                  alphas: Sequence[float] = _ALPHAS) -> None:
         self.cats, self.design = cats, design
+        self.offsets = np.cumsum([0, *(len(c) for c in cats)])
         f = self.onehot(x)
         self.f_mean, self.y_mean = f.mean(axis=0), float(y.mean())
         fc, yc = f - self.f_mean, y - self.y_mean
-        # the n x n Gram matrix's eigenvectors are fc's left singular vectors (n << columns)
-        ev, u = np.linalg.eigh(fc @ fc.T)
-        sv = np.sqrt(np.clip(ev, 0.0, None))
+        n, p = fc.shape
+        if n <= p:  # the n x n Gram matrix's eigenvectors are fc's left singular vectors
+            ev, u = np.linalg.eigh(fc @ fc.T)
+            sv2 = np.clip(ev, 0.0, None)
+        else:  # the p x p one's are its right singular vectors: u = fc v / s where s > 0
+            ev, v = np.linalg.eigh(fc.T @ fc)
+            sv2 = np.clip(ev, 0.0, None)
+            keep = sv2 > sv2.max(initial=0.0) * 1e-12
+            sv2, v = sv2[keep], v[:, keep]
+            u = (fc @ v) / np.sqrt(sv2)
         uy = u.T @ yc
-        n = len(y)
         best = (math.inf, 0.0)
         for alpha in alphas:  # leave-one-out residuals in closed form (the hat matrix's diagonal)
-            shrink = sv**2 / (sv**2 + alpha)
+            shrink = sv2 / (sv2 + alpha)
             hat = (u**2) @ shrink + 1.0 / n
             loo = (yc - u @ (shrink * uy)) / np.maximum(1.0 - hat, 1e-9)
             mse = float(np.mean(loo**2))
@@ -92,15 +105,40 @@ class _Surrogate:
                 best = (mse, alpha)
         mse, alpha = best
         self.alpha = alpha
-        self.beta = fc.T @ (u @ (uy / (sv**2 + alpha)))
+        self.beta = fc.T @ (u @ (uy / (sv2 + alpha)))
+        self.intercept = self.y_mean - float(self.f_mean @ self.beta)
         self.r2 = 1.0 - mse / float(np.var(y)) if np.var(y) > 0 else math.nan
 
+    def _positions(self, x: np.ndarray) -> np.ndarray:
+        """Each row's one-hot column per code column (-1: a code the fit never saw). Codes are
+        small integers (levels, and pairs of levels: tuner.stats' design), so a dense table per
+        column maps a code to its column."""
+        if not hasattr(self, "_tables"):
+            self._tables = []
+            for c, cat in enumerate(self.cats):
+                table = np.full(int(cat.max(initial=0)) + 2, -1, dtype=np.int64)
+                table[cat.astype(np.int64) + 1] = self.offsets[c] + np.arange(len(cat))
+                self._tables.append(table)
+        codes = self.design(x).astype(np.int64) + 1  # -1 (a conditional knob off) -> 0
+        out = np.empty(codes.shape, dtype=np.int64)
+        for c, table in enumerate(self._tables):
+            col = codes[:, c]
+            out[:, c] = table[np.clip(col, 0, len(table) - 1)]
+            out[col >= len(table), c] = -1
+        return out
+
     def onehot(self, x: np.ndarray) -> np.ndarray:
-        codes = self.design(x)
-        return np.hstack([(codes[:, c][:, None] == cat[None, :]).astype(float) for c, cat in enumerate(self.cats)])
+        pos = self._positions(x)
+        f = np.zeros((len(x), int(self.offsets[-1])))
+        rows = np.repeat(np.arange(len(x)), pos.shape[1])
+        flat = pos.ravel()
+        f[rows[flat >= 0], flat[flat >= 0]] = 1.0
+        return f
 
     def predict(self, x: np.ndarray) -> np.ndarray:
-        return (self.onehot(x) - self.f_mean) @ self.beta + self.y_mean
+        pos = self._positions(x)
+        beta = np.append(self.beta, 0.0)  # position -1 reads the appended 0
+        return beta[pos].sum(axis=1) + self.intercept
 
 
 class _Indices:
