@@ -176,7 +176,31 @@ def diagnosis(records: list[dict]) -> list[str]:
             rows.append(f"| {launcher} | {name} | {len(misses)} | {beyond} | {nccl} | {len(misses) - beyond - nccl} | "
                         f"{pruned} | {fates['never proposed']} | {fates['ok']} | {failed} | {sum(b >= TARGET for b in best)} | "
                         f"{statistics.median(best):.3f} |")
-    return rows
+    return rows + [""] + wrong_knobs(records)
+
+
+def wrong_knobs(records: list[dict]) -> list[str]:
+    """For each strategy's misses, the knobs its recommendation sets differently from the
+    optimum, and in how many of those misses helper had that knob opposite or neutral."""
+    out = []
+    for launcher in sorted({r["launcher"] for r in records}):
+        for name in STRATEGIES:
+            misses = [r for r in records if r["launcher"] == launcher and name in r["runs"]
+                      and r["runs"][name]["share"] < TARGET]
+            wrong, against = Counter(), Counter()
+            for r in misses:
+                chosen = r["runs"][name]["counts"].get("recommended") or {}
+                if name == "model-only" or not chosen:
+                    continue
+                for knob, value in r["labels"]["optimum"].items():
+                    if chosen.get(knob) != value:
+                        wrong[knob] += 1
+                        against[knob] += knob in r["labels"].get("opposite", []) + r["labels"].get("neutral_matters", [])
+            if wrong:
+                out.append(f"{launcher} {name}, knobs set unlike the optimum in its {len(misses)} misses "
+                           "(of them, where helper calls the knob opposite or neutral): "
+                           + ", ".join(f"{k} {n} ({against[k]})" for k, n in wrong.most_common()))
+    return out
 
 
 def _tasks(args) -> list[dict]:
