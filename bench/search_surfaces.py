@@ -203,6 +203,31 @@ def wrong_knobs(records: list[dict]) -> list[str]:
     return out
 
 
+def label_table(tasks: list[dict]) -> str:
+    """Per truth, how many seeds put the optimum beyond helper's memory line (and beyond
+    screening's prior line), behind an NCCL rule of helper's (any; certain on every version),
+    have a knob helper calls neutral that matters, a knob opposite to helper's; and the mean
+    share of the grid where helper's memory verdict is too tight or too loose."""
+    rows = ["| truth | seeds | beyond helper's memory | beyond screening's prior line | behind NCCL rule (certain) "
+            "| neutral knob matters | opposite knob | helper too tight | helper too loose | big_batch scenario |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    seeds: dict[str, set[int]] = {}
+    for t in tasks:
+        seeds.setdefault(t["truth"], set()).add(t["seed"])
+    for truth, which in seeds.items():
+        lab = [make_truth(truth, s)[2] for s in sorted(which)]
+        n = len(lab)
+        count = Counter(key for x in lab for key, value in x.items() if value is True or (isinstance(value, list) and value))
+        surface = "scenario" in lab[0]
+        rows.append(f"| {truth} | {n} | {count['optimum_beyond_helper_memory']} | {count['optimum_screened_at_prior']} | "
+                    f"{count['optimum_behind_nccl_rule']} ({count['optimum_behind_certain_nccl_rule']}) | "
+                    + (f"{count['neutral_matters']} | {count['opposite']} | " if surface else "- | - | ")
+                    + f"{statistics.mean(x['helper_memory_too_tight_share'] for x in lab):.0%} | "
+                    f"{statistics.mean(x['helper_memory_too_loose_share'] for x in lab):.0%} | "
+                    + (f"{sum(x['scenario'] == 'big_batch' for x in lab)} |" if surface else "- |"))
+    return "\n".join(rows)
+
+
 def _tasks(args) -> list[dict]:
     truths = args.truths.split(",")
     if bad := [t for t in truths if t.removeprefix("fp:") not in KINDS]:
@@ -239,6 +264,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="a smoke run: one 7b-h100x32 surface, 8 GPU-h")
     parser.add_argument("--log", type=Path, help="append each finished task as a JSON line here")
     parser.add_argument("--summarize", nargs="+", type=Path, help="only print the tables of these logs")
+    parser.add_argument("--labels-only", action="store_true",
+                        help="run no study: how the truths differ from helper (bench/surfaces.py's labels), per truth")
     args = parser.parse_args(argv)
     if args.summarize:
         print(summarize([json.loads(line) for p in args.summarize for line in p.read_text().splitlines() if line]))
@@ -246,6 +273,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         args.surfaces, args.truths, args.budget_gpuh = 1, "7b-h100x32", min(args.budget_gpuh, 8.0)
     tasks = _tasks(args)
+    if args.labels_only:
+        print(label_table(tasks))
+        return
     for t in dict.fromkeys(task["truth"].removeprefix("fp:") for task in tasks):
         _kind(t)  # helper's views once, before the workers fork
     t0, records = time.perf_counter(), []
