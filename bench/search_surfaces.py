@@ -55,29 +55,41 @@ BELOW_RANDOM = 0.005
 """A seed counts as lost to random when the strategy scores more than this below it."""
 DEFAULT_TRUTHS = (*KINDS, "fp:7b-h100x32", "fp:1b-a100x16")
 
-_VIEWS: dict[str, tuple] = {}
-"""A process's (spec, kind, helper view) per cluster kind (computed before forking)."""
+_KINDS: dict[str, tuple] = {}
+"""A process's (spec, kind) per cluster kind."""
+_VIEWS: dict[str, object] = {}
+"""A process's helper view per cluster kind (computed before forking)."""
 
 
 def _kind(name: str):
-    if name not in _VIEWS:
+    if name not in _KINDS:
         spec = kind_spec(name)
-        kind = cluster_kind(name, spec)
-        _VIEWS[name] = (spec, kind, helper_view(spec, kind.levels))
+        _KINDS[name] = (spec, cluster_kind(name, spec))
+    return _KINDS[name]
+
+
+def _view(name: str):
+    if name not in _VIEWS:
+        spec, kind = _kind(name)
+        _VIEWS[name] = helper_view(spec, kind.levels)
     return _VIEWS[name]
+
+
+def build_truth(truth_name: str, seed: int):
+    """(spec, truth) of ``KIND`` or ``fp:KIND`` at ``seed``."""
+    spec, kind = _kind(truth_name.removeprefix("fp:"))
+    if truth_name.startswith("fp:"):
+        c = spec.cluster
+        return spec, FirstPrinciplesCluster(spec.model.preset, gpu=c.gpu, world_size=c.world_size,
+                                            gpus_per_node=c.gpus_per_node, seq_len=spec.model.seq_len, seed=seed)
+    return spec, draw_surface(kind, seed)
 
 
 def make_truth(truth_name: str, seed: int):
     """(spec, truth, labels) of ``KIND`` or ``fp:KIND`` at ``seed``."""
-    fp = truth_name.startswith("fp:")
-    spec, kind, view = _kind(truth_name.removeprefix("fp:"))
-    if fp:
-        c = spec.cluster
-        truth = FirstPrinciplesCluster(spec.model.preset, gpu=c.gpu, world_size=c.world_size,
-                                       gpus_per_node=c.gpus_per_node, seq_len=spec.model.seq_len, seed=seed)
-    else:
-        truth = draw_surface(kind, seed)
-    return spec, truth, label(truth, kind.levels, view)
+    spec, truth = build_truth(truth_name, seed)
+    name = truth_name.removeprefix("fp:")
+    return spec, truth, label(truth, _kind(name)[1].levels, _view(name))
 
 
 def run_task(task: dict) -> dict:
@@ -180,27 +192,40 @@ def diagnosis(records: list[dict]) -> list[str]:
 
 
 def wrong_knobs(records: list[dict]) -> list[str]:
-    """For each strategy's misses, the knobs its recommendation sets differently from the
-    optimum, and in how many of those misses helper had that knob opposite or neutral."""
+    """For each strategy's misses, the knobs whose value alone, moved from the recommendation's
+    to the optimum's, gains more than 0.5% on the truth, and in how many of those misses helper
+    had that knob opposite or neutral (a knob with no effect never counts)."""
     out = []
     for launcher in sorted({r["launcher"] for r in records}):
-        for name in STRATEGIES:
+        for name in [n for n in STRATEGIES if STRATEGIES[n] is not None]:
             misses = [r for r in records if r["launcher"] == launcher and name in r["runs"]
                       and r["runs"][name]["share"] < TARGET]
-            wrong, against = Counter(), Counter()
+            costly, against = Counter(), Counter()
             for r in misses:
-                chosen = r["runs"][name]["counts"].get("recommended") or {}
-                if name == "model-only" or not chosen:
-                    continue
-                for knob, value in r["labels"]["optimum"].items():
-                    if chosen.get(knob) != value:
-                        wrong[knob] += 1
+                chosen = r["runs"][name]["counts"].get("recommended")
+                if chosen:
+                    for knob in one_knob_gains(r["truth"], r["seed"], chosen, r["labels"]["optimum"]):
+                        costly[knob] += 1
                         against[knob] += knob in r["labels"].get("opposite", []) + r["labels"].get("neutral_matters", [])
-            if wrong:
-                out.append(f"{launcher} {name}, knobs set unlike the optimum in its {len(misses)} misses "
-                           "(of them, where helper calls the knob opposite or neutral): "
-                           + ", ".join(f"{k} {n} ({against[k]})" for k, n in wrong.most_common()))
+            if costly:
+                out.append(f"{launcher} {name}, knobs that alone gain > 0.5% when moved to the optimum's value, in its "
+                           f"{len(misses)} misses (helper opposite or neutral there): "
+                           + ", ".join(f"{k} {n} ({against[k]})" for k, n in costly.most_common()))
     return out
+
+
+def one_knob_gains(truth_name: str, seed: int, chosen: dict, best: dict) -> list[str]:
+    """Knobs of ``chosen`` whose move alone to ``best``'s value raises the truth by > 0.5%."""
+    _, truth = build_truth(truth_name, seed)
+    chosen = {k: v for k, v in chosen.items() if k in _kind(truth_name.removeprefix("fp:"))[1].levels}
+
+    def tps(p: dict) -> float:
+        p = {**p, "prefetch_factor": p.get("prefetch_factor", best.get("prefetch_factor", 2))}
+        o = truth.evaluate(p)
+        return o.tokens_per_sec_per_gpu if o.status == "ok" else 0.0
+
+    base = tps(chosen)
+    return [k for k, v in best.items() if chosen.get(k) != v and base > 0 and tps({**chosen, k: v}) > base * 1.005]
 
 
 def label_table(tasks: list[dict]) -> str:
@@ -277,7 +302,7 @@ def main(argv: list[str] | None = None) -> None:
         print(label_table(tasks))
         return
     for t in dict.fromkeys(task["truth"].removeprefix("fp:") for task in tasks):
-        _kind(t)  # helper's views once, before the workers fork
+        _view(t)  # helper's views once, before the workers fork
     t0, records = time.perf_counter(), []
     if args.jobs > 1:
         import multiprocessing
