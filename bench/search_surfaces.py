@@ -137,8 +137,9 @@ def summarize(records: list[dict]) -> str:
     than 0.5%, the rate on truths whose optimum lies beyond helper's memory line; then
     :func:`diagnosis`."""
     by: dict[tuple[str, str], dict[int, dict]] = {}
-    for r in records:  # a (truth, launcher, seed) logged twice keeps the later record
-        by.setdefault((r["truth"], r["launcher"]), {})[r["seed"]] = r
+    order = {t: i for i, t in enumerate(DEFAULT_TRUTHS)}
+    for r in sorted(records, key=lambda r: (order.get(r["truth"], len(order)), r["truth"], r["launcher"])):
+        by.setdefault((r["truth"], r["launcher"]), {})[r["seed"]] = r  # a task logged twice: the later record
     for launcher in sorted({lc for _, lc in by}):
         cells = [(t, cell) for (t, lc), cell in by.items() if lc == launcher]
         by[(f"all ({len(cells)} truths)", launcher)] = {(t, s): r for t, cell in cells for s, r in cell.items()}
