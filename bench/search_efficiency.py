@@ -116,15 +116,17 @@ class Truth:
         return max(self(p) for p in grid_configs(self.spec))
 
 
-def run_one(spec, truth_of, optimum, limit_s, *, cpu_limit_s: float | None = None):
+def run_one(spec, truth_of, optimum, limit_s, *, cpu_limit_s: float | None = None, launcher=None, inspect=None):
     """One study with spec's sampler, as ``tuner run`` drives it; (final share, {gpuh: share},
     counts). The coordinator's own admission, repeat and screening functions, the ablation round
     when the spec keeps a share for it (re-measuring the best and the next candidates: the product
     default), scored by analysis's recommendation. ``cpu_limit_s``: stop a sampler that has used
     this much CPU time (counts["timed_out"] = 1; it is scored on what it found), so one slow seed
-    cannot hold up a whole table."""
+    cannot hold up a whole table. ``launcher``: the truth's trials (default: the sim launcher of
+    the spec's physics; bench/search_surfaces.py passes its own); ``inspect(study) -> dict``:
+    diagnostics of the finished study, merged into counts."""
     started = time.process_time()
-    launcher = SimLauncher(spec)
+    launcher = SimLauncher(spec) if launcher is None else launcher
     study = optuna.create_study(direction="maximize", sampler=make_sampler(spec))
     study.set_user_attr("spec", {"space": {k.name: None for k in spec.space}})
     base = baseline_params(spec)
@@ -192,6 +194,8 @@ def run_one(spec, truth_of, optimum, limit_s, *, cpu_limit_s: float | None = Non
     final = recommended_share(study, truth_of, optimum)
     for h in CHECKPOINTS_GPUH:
         at.setdefault(h, final)
+    if inspect is not None:
+        counts.update(inspect(study))
     return final, at, counts
 
 
