@@ -2,7 +2,7 @@
 
 The truth says what a config does, noiselessly (bench/surfaces.py, a random surface;
 bench/first_principles_cluster.py, a cluster from datasheets). This launcher turns it into
-trials as tuner's sim launcher does (tuner/launch/sim.py), so the whole pipeline runs on it:
+trials as tuner's sim launcher does (tuner/sim/_launcher.py), so the whole pipeline runs on it:
 
 - **cold** (``[trial] resident = false``): every trial pays the truth's start-up
   (``setup_seconds("process")``);
@@ -39,7 +39,7 @@ assert SETUP_LEVELS == knobs.RECONFIGURE, "surface_truth.SETUP_LEVELS must follo
 
 NOISE = {"trial_offset_sd": 0.01, "ar1_phi": 0.6, "step_sd": 0.03, "straggler_prob": 0.03,
          "straggler_slowdown": (1.2, 1.6)}
-"""Relative to the step time; the values of tuner/launch/sim.py's NOISE (a run-to-run offset of
+"""Relative to the step time; the values of tuner/sim/_launcher.py's NOISE (a run-to-run offset of
 1%, AR(1) phi 0.6 with 3% sd, 3% of steps 20-60% slower), so both benches measure alike."""
 
 
@@ -62,7 +62,7 @@ class SurfaceLauncher(Launcher):
         self._worker = None
 
     def preflight_nccl(self, spec, nccl_algo: str, nccl_proto: str) -> str | None:
-        """The truth's seconds-long collective test (tuner.screening calls it)."""
+        """The truth's seconds-long collective test (tuner.search calls it)."""
         return self.truth.preflight_nccl(nccl_algo, nccl_proto)
 
     def level(self, params: dict) -> str:

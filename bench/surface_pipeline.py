@@ -5,14 +5,14 @@ Everything bench/search_surfaces.py needs beyond tuner's stable API (``tuner.loa
 tuner's modules is remapped in one place:
 
 - ``search_efficiency.run_one`` and ``recommended``: the coordinator's own admission, repeat,
-  screening, ablation and runoff functions over in-memory storage, then tuner.recommend's
+  screening, ablation and runoff functions over in-memory storage, then tuner.stats's
   choice (what ``run_study`` + ``analyze_study`` do, without the database and the bootstrap);
   ``search_efficiency.Truth``: the sim launcher's noiseless matched physics, i.e. helper's
   own prediction of every config;
-- ``tuner.model_sampler.top_prediction``: helper's best config with no trial ("model-only");
-- ``tuner.screening.predicted_memory_gb``, ``nccl_problem``, ``PRIOR_MEMORY_MARGIN``: what
+- ``tuner.search.top_prediction``: helper's best config with no trial ("model-only");
+- ``tuner.search.predicted_memory_gb``, ``nccl_problem``, ``PRIOR_MEMORY_MARGIN``: what
   screening believes (for the labels only);
-- ``tuner.space.complete_params``.
+- ``tuner.search.complete_params``.
 """
 
 from __future__ import annotations
@@ -29,10 +29,8 @@ from search_efficiency import recommended, run_one
 from surface_launcher import SurfaceLauncher
 from surfaces import ClusterKind, HelperView, config_key, grid
 
-from tuner.model_sampler import top_prediction
-from tuner.screening import PRIOR_MEMORY_MARGIN, nccl_problem, predicted_memory_gb
-from tuner.space import complete_params
-from tuner.spec import load_spec
+from tuner.search import PRIOR_MEMORY_MARGIN, nccl_problem, predicted_memory_gb, top_prediction
+from tuner.spec import complete_params, load_spec
 
 __all__ = ["KINDS", "kind_spec", "cluster_kind", "helper_view", "study_spec", "run_strategy", "STRATEGIES",
            "TUNER_INTERNALS"]
@@ -52,9 +50,9 @@ STRATEGIES = {"random": "random", "tpe": "tpe", "model": "auto", "model-only": N
 """Strategy -> the spec's study.sampler (`auto`: the model-guided sampler on these specs)."""
 
 TUNER_INTERNALS = ("search_efficiency.run_one", "search_efficiency.recommended", "search_efficiency.Truth",
-                   "tuner.model_sampler.top_prediction", "tuner.screening.predicted_memory_gb",
-                   "tuner.screening.nccl_problem", "tuner.screening.PRIOR_MEMORY_MARGIN",
-                   "tuner.space.complete_params", "tuner.spec.load_spec")
+                   "tuner.search.top_prediction", "tuner.search.predicted_memory_gb",
+                   "tuner.search.nccl_problem", "tuner.search.PRIOR_MEMORY_MARGIN",
+                   "tuner.spec.complete_params", "tuner.spec.load_spec")
 
 
 def kind_spec(name: str):

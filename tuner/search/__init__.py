@@ -27,6 +27,7 @@ from tuner.search._samplers import (
     model_knows,
 )
 from tuner.search._screening import (
+    PRIOR_MEMORY_MARGIN,
     Verdict,
     as_sampler_sees_it,
     is_deliberate,
@@ -43,6 +44,7 @@ from tuner.search._space import (
 __all__ = [
     "AskTellGridSampler",
     "ModelGuidedSampler",
+    "PRIOR_MEMORY_MARGIN",
     "REPEAT",
     "Verdict",
     "as_sampler_sees_it",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from first_principles_cluster import FirstPrinciplesCluster  # noqa: E402
 from surface_launcher import SurfaceLauncher  # noqa: E402
 from surfaces import P_BIG_BATCH, P_MATTERS, ClusterKind, draw_surface, grid  # noqa: E402
@@ -15,7 +15,7 @@ from surfaces import P_BIG_BATCH, P_MATTERS, ClusterKind, draw_surface, grid  # 
 from tuner.launch import TrialRequest  # noqa: E402
 from tuner.spec import load_spec  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LEVELS = {"nccl_algo": ("default", "Ring", "Tree", "NVLS"), "nccl_proto": ("default", "Simple", "LL128", "LL"),
           "num_workers": (0, 2, 4, 8), "prefetch_factor": (2, 4, 8), "grad_accum": (1, 2, 4, 8),
           "micro_batch": (1, 2, 4, 8), "padding": ("max_length", "packed"), "activation_checkpointing": (False, True)}
@@ -51,7 +51,7 @@ def test_surfaces_hold_the_structures_at_their_stated_rates(surfaces):
     generic = [s for s in surfaces if s.scenario == "generic"]
     matters = sum(len(s.main) for s in generic)
     assert _within(matters, len(generic) * len(LEVELS), P_MATTERS)
-    # prefetch_factor has no steady-state effect in helper (tuner.model_grid.MODEL_KNOBS): it matters here
+    # prefetch_factor has no steady-state effect in helper (tuner.search.MODEL_KNOBS): it matters here
     assert _within(sum("prefetch_factor" in s.main for s in surfaces), N, P_MATTERS)
     # helper: a bigger micro-batch is faster; here it is slower on a good share of surfaces
     slower = sum(s.main.get("micro_batch", {}).get(8, 0) < s.main.get("micro_batch", {}).get(1, 0) - 0.01
@@ -67,8 +67,8 @@ def test_surfaces_hold_the_structures_at_their_stated_rates(surfaces):
 
 
 def test_big_batch_surfaces_put_the_optimum_beyond_helpers_memory_line(surfaces):
-    from tuner.screening import predicted_memory_gb
-    from tuner.space import complete_params
+    from tuner.search import predicted_memory_gb
+    from tuner.spec import complete_params
 
     spec = load_spec(ROOT / "studies/llama7b-h100x32.toml")
     beyond = {s.seed: predicted_memory_gb(spec, complete_params(s.optimum()[0], spec)) > 80.0 for s in surfaces[:30]}
