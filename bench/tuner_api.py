@@ -1,0 +1,21 @@
+"""Every tuner internal the statistics benches use, imported in one place.
+
+tuner's modules are being grouped into packages (tuner/stats/ and others); when a name moves,
+only this file changes. Used by bench.families, bench.importance_truth,
+bench.synthetic_studies, bench.stats_study and bench.stats_families.
+"""
+
+from __future__ import annotations
+
+from tuner import knobs as knob_catalogue
+from tuner.ablation import N_CANDIDATES, plan_ablation, plan_ablation_once, plan_runs, shortlist
+from tuner.analysis import analyze_record
+from tuner.failures import FLAKY_FAILURE_RATE, config_key
+from tuner.record import StudyRecord, TrialRecord, study_record
+from tuner.space import distribution, suggest_params
+from tuner.spec import parse_spec
+from tuner.trial_ci import ratio_of_sums
+
+__all__ = ["knob_catalogue", "N_CANDIDATES", "plan_ablation", "plan_ablation_once", "plan_runs", "shortlist",
+           "analyze_record", "FLAKY_FAILURE_RATE", "config_key", "StudyRecord", "TrialRecord", "study_record",
+           "distribution", "suggest_params", "parse_spec", "ratio_of_sums"]
