@@ -23,8 +23,9 @@ full-length job on that launch would process per second):
 Example:
     >>> rng = np.random.default_rng(0)
     >>> run = launch(rng, Noise(kind="stalls", rel_sd=0.0, phi=0.0, run_to_run_sd=0.0), 1000.0)
-    >>> len(run.rates), sorted({round(float(x), 1) for x in run.seconds / run.seconds.min()})[0]
-    (8, 1.0)
+    >>> slow = run.seconds / run.seconds.min()
+    >>> len(run.rates), int((slow > 1.5).sum()) in (1, 2), bool(((slow > 1.5) <= (slow >= 2.0)).all())
+    (8, True, True)
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ def _never(params: dict[str, Any]) -> float:
     return 0.0
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)   # compared and cached by identity
 class Family:
     name: str
     space: dict[str, list[Any]]
@@ -92,8 +92,8 @@ def active(params: dict[str, Any], space: dict[str, list[Any]]) -> dict[str, Any
 
 
 @functools.cache
-def _configs(name: str) -> tuple[dict[str, Any], ...]:
-    space = FAMILIES[name].space
+def _configs(fam: Family) -> tuple[dict[str, Any], ...]:
+    space = fam.space
     seen: dict[str, dict[str, Any]] = {}
     for combo in itertools.product(*space.values()):
         p = active(dict(zip(space, combo)), space)
@@ -103,7 +103,7 @@ def _configs(name: str) -> tuple[dict[str, Any], ...]:
 
 def configs(fam: Family) -> list[dict[str, Any]]:
     """Every distinct config of the family's space (conditional knobs only where they apply)."""
-    return [dict(p) for p in _configs(fam.name)]
+    return [dict(p) for p in _configs(fam)]
 
 
 def optimum(fam: Family) -> dict[str, Any]:
