@@ -3,7 +3,8 @@
     OMP_NUM_THREADS=1 nice -n 10 python -m bench.stats_families                 # 40 studies per family
     python -m bench.stats_families --quick                                      # 3 per family, 50 resamples
     python -m bench.stats_families --families stalls,drift --studies 20 --jobs 2
-    python -m bench.stats_families --save /tmp/studies.jsonl      # keep what each study's analysis said
+    python -m bench.stats_families --save /tmp/studies.jsonl      # keep what each study's analysis said;
+                                                                  # run again: resumes where it stopped
     python -m bench.stats_families --rescore /tmp/studies.jsonl   # the table again from it, no re-analysis
 
 Each study is built as the coordinator builds one (bench/stats_study.py: baseline, a search
@@ -39,6 +40,7 @@ import argparse
 import contextlib
 import json
 import multiprocessing
+import os
 import sys
 import time
 from typing import Any
@@ -67,8 +69,8 @@ def run_study(task: tuple[str, int, int, int]) -> dict[str, Any]:
     analysis = analyze_record(built.record, n_boot=n_boot, seed=seed + i)
     kept = {k: analysis[k] for k in _KEPT if k in analysis}
     kept["trials"] = [{k: t.get(k) for k in _KEPT_TRIAL} for t in analysis["trials"]]
-    return {"family": family, "study": i, "seed": seed, "launch_rate": built.launch_rate, "analysis": kept,
-            "cpu_s": time.process_time() - t0}
+    return {"family": family, "study": i, "seed": seed, "n_boot": n_boot, "launch_rate": built.launch_rate,
+            "analysis": kept, "cpu_s": time.process_time() - t0}
 
 
 def _score(study: dict[str, Any]) -> dict[str, Any]:
@@ -129,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     parser.add_argument("--n-boot", type=int, default=N_BOOT, help=f"importance bootstrap resamples (default {N_BOOT})")
     parser.add_argument("--quick", action="store_true", help="3 studies per family, 50 resamples: a smoke run")
-    parser.add_argument("--save", metavar="FILE", help="write each study's scored parts as a JSON line")
+    parser.add_argument("--save", metavar="FILE", help="append each study's scored parts to FILE as a JSON line; "
+                        "studies already there (same seed and resamples) are read back, not run again")
     parser.add_argument("--rescore", metavar="FILE", help="score the studies a --save wrote; build and analyse none")
     args = parser.parse_args(argv)
     studies, n_boot = (3, 50) if args.quick else (args.studies, args.n_boot)
@@ -140,24 +143,28 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     rows: dict[str, list[dict[str, Any]]] = {f: [] for f in families}
     if args.rescore:
-        with open(args.rescore) as f:
-            for line in f:
-                study = json.loads(line)
-                if study["family"] in rows:
-                    rows[study["family"]].append(_score(study))
+        for study in _read(args.rescore):
+            if study["family"] in rows:
+                rows[study["family"]].append(_score(study))
         print(f"rescored {args.rescore}\n")
     else:
-        tasks = [(f, i, args.seed, n_boot) for f in families for i in range(studies)]
+        # study by study across the families, so that a run stopped early is balanced
+        tasks = [(f, i, args.seed, n_boot) for i in range(studies) for f in families]
+        if args.save and os.path.exists(args.save):
+            for study in _read(args.save):
+                task = (study["family"], study["study"], study["seed"], study.get("n_boot"))
+                if task in tasks:
+                    tasks.remove(task)
+                    rows[study["family"]].append(_score(study))
         pool = multiprocessing.get_context("fork").Pool(args.jobs) if args.jobs > 1 else _Serial()
-        with pool, open(args.save, "w") if args.save else contextlib.nullcontext() as out:
+        with pool, open(args.save, "a") if args.save else contextlib.nullcontext() as out:
             for done, study in enumerate(pool.imap_unordered(run_study, tasks), 1):
                 rows[study["family"]].append(_score(study))
                 if out:
                     out.write(json.dumps(study) + "\n")
                     out.flush()
-                if len(rows[study["family"]]) == studies:
-                    print(f"[{done}/{len(tasks)}] {study['family']} done, {time.monotonic() - t0:.0f} s",
-                          file=sys.stderr, flush=True)
+                if done % len(families) == 0 or done == len(tasks):
+                    print(f"[{done}/{len(tasks)}] {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
         print(f"{studies} studies per family, seed {args.seed}, {n_boot} bootstrap resamples, "
               f"{args.jobs} job(s); wall time {time.monotonic() - t0:.0f} s\n")
     print(HEADER)
@@ -165,6 +172,11 @@ def main(argv: list[str] | None = None) -> int:
         if rows[family]:
             print(_row(family, summarize(rows[family])))
     return 0
+
+
+def _read(path: str) -> list[dict[str, Any]]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
 class _Serial:
