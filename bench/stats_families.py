@@ -15,7 +15,8 @@ bench/stats_score.py says what each column measures. Columns:
 - *per-trial CI covers launch / config*: ok runs whose 95% CI holds their launch's long-run
   rate / their config's;
 - *rec. / baseline CI covers*: studies whose config-level 95% CI of the recommended config /
-  the baseline holds that config's true long-run rate;
+  the baseline holds that config's true long-run rate; *rec. bias (se)*: the mean log error of
+  the recommended config's estimate, in %, with its standard error;
 - *half-width (oracle)*: median relative half-width of those CIs, beside the oracle's
   (bench/stats_score.py: the noise model and run-to-run sd known, same runs);
 - *speedup bias (se)*: mean log(estimated / true speedup) of the recommendation over the
@@ -56,7 +57,9 @@ N_BOOT = 200
 """tuner analyze's default bootstrap resamples (tuner.importance.N_BOOT)."""
 
 
-_KEPT = ("best", "baseline", "what_matters", "top_knobs", "noise_model", "noise_diagnostics")
+_KEPT = ("best", "baseline", "what_matters", "top_knobs", "noise_model", "noise_diagnostics", "ablation",
+         "failure_rates")
+_KEPT_IMPORTANCE = ("knob", "total", "first_order", "matters", "vs_placebo_ci95")
 _KEPT_TRIAL = ("trial", "params", "status", "ablation_knob", "tokens_per_sec_per_gpu", "warmup_steps_dropped")
 
 
@@ -69,6 +72,7 @@ def run_study(task: tuple[str, int, int, int]) -> dict[str, Any]:
     analysis = analyze_record(built.record, n_boot=n_boot, seed=seed + i)
     kept = {k: analysis[k] for k in _KEPT if k in analysis}
     kept["trials"] = [{k: t.get(k) for k in _KEPT_TRIAL} for t in analysis["trials"]]
+    kept["importance"] = [{k: d.get(k) for k in _KEPT_IMPORTANCE} for d in analysis["importance"]]
     return {"family": family, "study": i, "seed": seed, "n_boot": n_boot, "launch_rate": built.launch_rate,
             "analysis": kept, "cpu_s": time.process_time() - t0}
 
@@ -90,14 +94,18 @@ def _pct(x: float | None, digits: int = 1) -> str:
     return "-" if x is None else f"{100 * x:.{digits}f}%"
 
 
+def _bias(mean: float | None, se: float | None) -> str:
+    if mean is None:
+        return "-"
+    return f"{100 * mean:+.2f}% ({100 * se:.2f})" if se else f"{100 * mean:+.2f}%"
+
+
 def _row(family: str, s: dict[str, Any]) -> str:
     n_trials = s["trials"] or 1
     big = s["big_listed"]
     hits, total = sum(h for h, _ in big.values()), sum(n for _, n in big.values())
     worst = min(big.items(), key=lambda kv: kv[1][0] / kv[1][1]) if big else None
-    bias = "-" if s["speed_bias"] is None else (
-        f"{100 * s['speed_bias']:+.2f}% ({100 * s['speed_bias_se']:.2f})" if s["speed_bias_se"] else
-        f"{100 * s['speed_bias']:+.2f}%")
+    bias, rec_bias = _bias(s["speed_bias"], s["speed_bias_se"]), _bias(s["rec_bias"], s["rec_bias_se"])
     dropped = f"{s['dropped'] / n_trials:.1%}"
     if s["dropped"]:
         dropped += f" ({100 * s['dropped_log_err']:+.1f}%, {s['dropped_cover'] / s['dropped']:.2f})"
@@ -106,7 +114,7 @@ def _row(family: str, s: dict[str, Any]) -> str:
     return " | ".join([
         f"| {family}", str(s["studies"]),
         f"{s['trial_cover_launch'] / n_trials:.3f} / {s['trial_cover_config'] / n_trials:.3f}",
-        _frac(s["rec_cover"]), _frac(s["base_cover"]),
+        _frac(s["rec_cover"]), rec_bias, _frac(s["base_cover"]),
         f"{_pct(s['rec_hw'])} ({_pct(s['rec_oracle_hw'])})", f"{_pct(s['base_hw'])} ({_pct(s['base_oracle_hw'])})",
         bias, _frac(s["speed_cover"]), _frac(s["top_right"]),
         (f"{hits / total:.2f}; worst {worst[0]} {worst[1][0]}/{worst[1][1]}" if worst else "-"),
@@ -115,12 +123,12 @@ def _row(family: str, s: dict[str, Any]) -> str:
         dropped, flags, f"{s['cpu_s']:.1f} |"])
 
 
-HEADER = ("| family | studies | per-trial CI covers launch / config | rec. CI covers | baseline CI covers "
+HEADER = ("| family | studies | per-trial CI covers launch / config | rec. CI covers | rec. bias (se) | baseline CI covers "
           "| half-width rec. (oracle) | half-width baseline (oracle) | speedup bias (se) | speedup covers "
           "| top k right | What matters: >= 10% knobs | What matters: no-effect knobs | rec. fails >= 25% "
           "| phi at bound | warm-up dropped (bias, covers) | flags: phi / drift / stalls / spread | CPU s/study |\n"
           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-          "| ---: | ---: |")
+          "| ---: | ---: | ---: |")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,7 +5,7 @@ Per study (:func:`score`), from analysis.json (``tuner analyze``'s dict) and the
 
 - **per-trial CIs** against the launch's own long-run rate (what they claim to cover) and
   against the config's rate (what a reader takes them for, when launches differ);
-- **config-level CIs** of the recommended config (``best.tokens_per_sec_per_gpu``) and the
+- **config-level CIs** (and the log error of the estimate) of the recommended config (``best.tokens_per_sec_per_gpu``) and the
   baseline (``baseline.tokens_per_sec_per_gpu``) against the config's true rate, and their
   relative half-widths beside the **oracle's**: an interval that knows the noise model and
   the run-to-run sd, so a run's log tokens over time has the known variance v (bench.stats_noise.run_log_var:
@@ -91,11 +91,12 @@ def score(fam: Family, noise: Noise, launch_rate: dict[int, float], analysis: di
             row["dropped_log_err"].append(math.log(tps["mean"] / rate))
     v = run_log_var(noise)
     best, base = analysis["best"], analysis["baseline"]
-    row.update(rec_cover=None, rec_hw=None, rec_oracle_hw=None, base_cover=None, base_hw=None, base_oracle_hw=None,
-               speed_log_err=None, speed_cover=None, rec_fail=None, rec_fail_flagged=None)
+    row.update(dict.fromkeys(("rec_cover", "rec_log_err", "rec_hw", "rec_oracle_hw", "base_cover", "base_hw",
+                              "base_oracle_hw", "speed_log_err", "speed_cover", "rec_fail", "rec_fail_flagged")))
     if best and best["tokens_per_sec_per_gpu"]:
         est = best["tokens_per_sec_per_gpu"]
         row.update(rec_cover=covers(est["ci95"], fam.truth(best["params"])), rec_hw=half_width(est),
+                   rec_log_err=math.log(est["mean"] / fam.truth(best["params"])),
                    rec_oracle_hw=oracle_half_width(v, best["n_runs"]), winners_curse_adjusted=best["winners_curse_adjusted"])
         p_fail = fam.p_fail(best["params"])
         row["rec_fail"] = p_fail >= FLAKY_FAILURE_RATE
@@ -153,6 +154,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         pairs = [(r[f"{which}_hw"], r[f"{which}_oracle_hw"]) for r in rows if r[f"{which}_hw"] is not None]
         out[f"{which}_hw"] = statistics.median(h for h, _ in pairs) if pairs else None
         out[f"{which}_oracle_hw"] = statistics.median(o for _, o in pairs) if pairs else None
+    out["rec_bias"], out["rec_bias_se"] = _mean_se([r["rec_log_err"] for r in rows if r["rec_log_err"] is not None])
     out["speed_bias"], out["speed_bias_se"] = _mean_se([r["speed_log_err"] for r in rows if r["speed_log_err"] is not None])
     by_knob: dict[str, list[bool]] = {}
     for r in rows:
