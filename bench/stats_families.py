@@ -3,6 +3,7 @@
     OMP_NUM_THREADS=1 nice -n 10 python -m bench.stats_families                 # 40 studies per family
     python -m bench.stats_families --quick                                      # 3 per family, 50 resamples
     python -m bench.stats_families --families stalls,drift --studies 20 --jobs 2
+    python -m bench.stats_families --families three-way --explore 1   # a uniform random search
     python -m bench.stats_families --save /tmp/studies.jsonl      # keep what each study's analysis said;
                                                                   # run again: resumes where it stopped
     python -m bench.stats_families --rescore /tmp/studies.jsonl   # the table again from it, no re-analysis
@@ -47,7 +48,7 @@ import time
 from typing import Any
 
 from bench.stats_score import FLAG_KEYS, score, summarize
-from bench.stats_study import build
+from bench.stats_study import EXPLORE, build
 from bench.stats_truth import FAMILIES
 from bench.tuner_api import analyze_record
 
@@ -63,17 +64,18 @@ _KEPT_IMPORTANCE = ("knob", "total", "first_order", "matters", "vs_placebo_ci95"
 _KEPT_TRIAL = ("trial", "params", "status", "ablation_knob", "tokens_per_sec_per_gpu", "warmup_steps_dropped")
 
 
-def run_study(task: tuple[str, int, int, int]) -> dict[str, Any]:
+def run_study(task: tuple[str, int, int, int, float]) -> dict[str, Any]:
     """Study ``i`` of ``family`` built and analysed: what scoring needs (analysis.json's parts
     that bench.stats_score reads, each ok run's launch rate) and the CPU time it took."""
-    family, i, seed, n_boot = task
+    family, i, seed, n_boot, explore = task
     t0 = time.process_time()
-    built = build(family, i, seed)
+    built = build(family, i, seed, explore)
     analysis = analyze_record(built.record, n_boot=n_boot, seed=seed + i)
     kept = {k: analysis[k] for k in _KEPT if k in analysis}
     kept["trials"] = [{k: t.get(k) for k in _KEPT_TRIAL} for t in analysis["trials"]]
     kept["importance"] = [{k: d.get(k) for k in _KEPT_IMPORTANCE} for d in analysis["importance"]]
-    return {"family": family, "study": i, "seed": seed, "n_boot": n_boot, "launch_rate": built.launch_rate,
+    return {"family": family, "study": i, "seed": seed, "n_boot": n_boot, "explore": explore,
+            "launch_rate": built.launch_rate,
             "analysis": kept, "cpu_s": time.process_time() - t0}
 
 
@@ -138,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     parser.add_argument("--n-boot", type=int, default=N_BOOT, help=f"importance bootstrap resamples (default {N_BOOT})")
+    parser.add_argument("--explore", type=float, default=EXPLORE,
+                        help=f"the search's share of random configs (default {EXPLORE}; 1: uniform random search)")
     parser.add_argument("--quick", action="store_true", help="3 studies per family, 50 resamples: a smoke run")
     parser.add_argument("--save", metavar="FILE", help="append each study's scored parts to FILE as a JSON line; "
                         "studies already there (same seed and resamples) are read back, not run again")
@@ -157,10 +161,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rescored {args.rescore}\n")
     else:
         # study by study across the families, so that a run stopped early is balanced
-        tasks = [(f, i, args.seed, n_boot) for i in range(studies) for f in families]
+        tasks = [(f, i, args.seed, n_boot, args.explore) for i in range(studies) for f in families]
         if args.save and os.path.exists(args.save):
             for study in _read(args.save):
-                task = (study["family"], study["study"], study["seed"], study.get("n_boot"))
+                task = (study["family"], study["study"], study["seed"], study.get("n_boot"), study.get("explore", EXPLORE))
                 if task in tasks:
                     tasks.remove(task)
                     rows[study["family"]].append(_score(study))
@@ -173,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
                     out.flush()
                 if done % len(families) == 0 or done == len(tasks):
                     print(f"[{done}/{len(tasks)}] {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
-        print(f"{studies} studies per family, seed {args.seed}, {n_boot} bootstrap resamples, "
+        print(f"{studies} studies per family, seed {args.seed}, {n_boot} bootstrap resamples, search explore "
+              f"{args.explore:g}, "
               f"{args.jobs} job(s); wall time {time.monotonic() - t0:.0f} s\n")
     print(HEADER)
     for family in families:

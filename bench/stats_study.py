@@ -11,8 +11,9 @@ the coordinator does. ``analyze_record(study_record(study))`` is then what `tune
 computes.
 
 The search stands in for a sampler: :data:`N_STARTUP` random configs, then each trial
-either a random config (probability :data:`EXPLORE`) or one of the :data:`TOP` best ok
-configs so far with one knob (70%) or two changed: a bias toward good configs, as TPE's.
+either a random config (probability ``explore``, by default :data:`EXPLORE`) or one of the
+:data:`TOP` best ok configs so far with one knob (70%) or two changed: a bias toward good
+configs, as TPE's. ``explore=1`` is a uniform random search (bench/synthetic_studies.py's).
 As with tuner.repeats, a config already run is not run again (up to :data:`MAX_DRAWS` draws,
 then the nearest unseen config); when none is left the search ends early.
 
@@ -81,8 +82,8 @@ def _mutate(rng: np.random.Generator, fam: Family, parent: dict[str, Any]) -> di
     return active(p, fam.space)
 
 
-def propose(rng: np.random.Generator, fam: Family, history: list[tuple[dict[str, Any], float | None]]
-            ) -> dict[str, Any] | None:
+def propose(rng: np.random.Generator, fam: Family, history: list[tuple[dict[str, Any], float | None]],
+            explore: float = EXPLORE) -> dict[str, Any] | None:
     """The next search config given (params, value or None for a failure) so far; None when
     every config has run (module doc)."""
     seen = {config_key(p) for p, _ in history}
@@ -95,7 +96,7 @@ def propose(rng: np.random.Generator, fam: Family, history: list[tuple[dict[str,
             break
     p: dict[str, Any] = {}
     for _ in range(MAX_DRAWS):
-        if len(history) <= N_STARTUP or not top or rng.random() < EXPLORE:
+        if len(history) <= N_STARTUP or not top or rng.random() < explore:
             p = _random(rng, fam)
         else:
             p = _mutate(rng, fam, top[int(rng.integers(len(top)))])
@@ -109,8 +110,8 @@ def propose(rng: np.random.Generator, fam: Family, history: list[tuple[dict[str,
     return nearest[int(rng.integers(len(nearest)))]
 
 
-def build(family: str, study: int, seed: int = 0) -> BuiltStudy:
-    """Study ``study`` of ``family`` (module doc); reproducible from (family, study, seed)."""
+def build(family: str, study: int, seed: int = 0, explore: float = EXPLORE) -> BuiltStudy:
+    """Study ``study`` of ``family`` (module doc); reproducible from (family, study, seed, explore)."""
     fam = FAMILIES[family]
     noise = fam.noise(study)
     rng = np.random.default_rng([seed, list(FAMILIES).index(family), study])
@@ -158,7 +159,7 @@ def build(family: str, study: int, seed: int = 0) -> BuiltStudy:
 
     add(dict(fam.baseline), role="baseline")
     for _ in range(fam.n_search):
-        params = propose(rng, fam, history)
+        params = propose(rng, fam, history, explore)
         if params is None:
             break
         add(params)

@@ -200,5 +200,5 @@ def test_half_widths_and_the_oracle():
 
 
 def test_one_study_end_to_end():
-    row = _score(run_study(("failures", 0, 0, 0)))
+    row = _score(run_study(("failures", 0, 0, 0, 0.35)))
     assert row["trials"] > 40 and row["rec_cover"] is not None and row["cpu_s"] > 0
