@@ -110,7 +110,7 @@ def test_the_three_way_effect_is_one_corner_and_concentrated_failures_tempt():
     best = optimum(fam)
     assert (best["micro_batch"], best["activation_checkpointing"]) == (4, False)
     tempting = {**best, "micro_batch": 8, "activation_checkpointing": True}
-    assert fam.truth(tempting) > 1.04 * fam.truth(best) and fam.p_fail(tempting) == 0.5
+    assert fam.truth(tempting) > 1.15 * fam.truth(best) and fam.p_fail(tempting) == 0.5
     assert fam.p_fail({**best, "micro_batch": 8}) == 1.0 and fam.p_fail(best) == 0.0
 
 
