@@ -14,8 +14,7 @@ from tuner.failures import FLAKY_FAILURE_RATE, config_key
 from tuner.record import StudyRecord, TrialRecord, study_record
 from tuner.space import distribution, suggest_params
 from tuner.spec import parse_spec
-from tuner.trial_ci import ratio_of_sums
 
 __all__ = ["knob_catalogue", "N_CANDIDATES", "plan_ablation", "plan_ablation_once", "plan_runs", "shortlist",
            "analyze_record", "FLAKY_FAILURE_RATE", "config_key", "StudyRecord", "TrialRecord", "study_record",
-           "distribution", "suggest_params", "parse_spec", "ratio_of_sums"]
+           "distribution", "suggest_params", "parse_spec"]
