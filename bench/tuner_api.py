@@ -1,8 +1,9 @@
 """Every tuner internal the statistics benches use, imported in one place.
 
 tuner's modules are being grouped into packages (tuner/stats/ and others); when a name moves,
-only this file changes. Used by bench.families, bench.importance_truth,
-bench.synthetic_studies, bench.stats_study and bench.stats_families.
+only this file changes. Used by bench.importance_truth, bench.synthetic_studies and the
+statistics benchmark (bench.stats_truth, bench.stats_study, bench.stats_score,
+bench.stats_families).
 """
 
 from __future__ import annotations
