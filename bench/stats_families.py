@@ -15,6 +15,8 @@ bench/stats_score.py says what each column measures. Columns:
 
 - *per-trial CI covers launch / config*: ok runs whose 95% CI holds their launch's long-run
   rate / their config's;
+- *rec. >= 99% of optimum*: studies whose recommendation's true rate is within 1% of the
+  optimum's (the fastest config failing < 25%), and the lowest ratio;
 - *rec. / baseline CI covers*: studies whose config-level 95% CI of the recommended config /
   the baseline holds that config's true long-run rate; *rec. bias (se)*: the mean log error of
   the recommended config's estimate, in %, with its standard error;
@@ -116,6 +118,7 @@ def _row(family: str, s: dict[str, Any]) -> str:
     return " | ".join([
         f"| {family}", str(s["studies"]),
         f"{s['trial_cover_launch'] / n_trials:.3f} / {s['trial_cover_config'] / n_trials:.3f}",
+        f"{_frac(s['rec_near_optimum'])}; min {s['rec_vs_optimum_min']:.2f}",
         _frac(s["rec_cover"]), rec_bias, _frac(s["base_cover"]),
         f"{_pct(s['rec_hw'])} ({_pct(s['rec_oracle_hw'])})", f"{_pct(s['base_hw'])} ({_pct(s['base_oracle_hw'])})",
         bias, _frac(s["speed_cover"]), _frac(s["top_right"]),
@@ -125,12 +128,13 @@ def _row(family: str, s: dict[str, Any]) -> str:
         dropped, flags, f"{s['cpu_s']:.1f} |"])
 
 
-HEADER = ("| family | studies | per-trial CI covers launch / config | rec. CI covers | rec. bias (se) | baseline CI covers "
+HEADER = ("| family | studies | per-trial CI covers launch / config | rec. >= 99% of optimum | rec. CI covers "
+          "| rec. bias (se) | baseline CI covers "
           "| half-width rec. (oracle) | half-width baseline (oracle) | speedup bias (se) | speedup covers "
           "| top k right | What matters: >= 10% knobs | What matters: no-effect knobs | rec. fails >= 25% "
           "| phi at bound | warm-up dropped (bias, covers) | flags: phi / drift / stalls / spread | CPU s/study |\n"
           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-          "| ---: | ---: | ---: |")
+          "| ---: | ---: | ---: | ---: |")
 
 
 def main(argv: list[str] | None = None) -> int:

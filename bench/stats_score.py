@@ -5,6 +5,7 @@ Per study (:func:`score`), from analysis.json (``tuner analyze``'s dict) and the
 
 - **per-trial CIs** against the launch's own long-run rate (what they claim to cover) and
   against the config's rate (what a reader takes them for, when launches differ);
+- **the recommendation's true rate over the optimum's** (stats_truth.optimum);
 - **config-level CIs** (and the log error of the estimate) of the recommended config (``best.tokens_per_sec_per_gpu``) and the
   baseline (``baseline.tokens_per_sec_per_gpu``) against the config's true rate, and their
   relative half-widths beside the **oracle's**: an interval that knows the noise model and
@@ -36,7 +37,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bench.stats_noise import Noise, run_log_var
-from bench.stats_truth import EFFECT_THRESHOLD, Family, one_knob_effects
+from bench.stats_truth import EFFECT_THRESHOLD, Family, one_knob_effects, optimum
 from bench.tuner_api import FLAKY_FAILURE_RATE, config_key
 
 __all__ = ["FLAG_KEYS", "PHI_BOUND", "score", "summarize", "oracle_half_width", "half_width", "covers"]
@@ -44,6 +45,8 @@ __all__ = ["FLAG_KEYS", "PHI_BOUND", "score", "summarize", "oracle_half_width", 
 FLAG_KEYS = ("phi_at_bound", "drift", "stalls", "replication_spread")
 """The misfit flags issue 29 asks for, as keys of analysis.json's ``noise_diagnostics``."""
 PHI_BOUND = 0.965
+NEAR_OPTIMUM = 0.99
+"""A recommendation within 1% of the optimum's true rate counts as found."""
 Z95 = 1.959964
 
 
@@ -91,11 +94,12 @@ def score(fam: Family, noise: Noise, launch_rate: dict[int, float], analysis: di
             row["dropped_log_err"].append(math.log(tps["mean"] / rate))
     v = run_log_var(noise)
     best, base = analysis["best"], analysis["baseline"]
-    row.update(dict.fromkeys(("rec_cover", "rec_log_err", "rec_hw", "rec_oracle_hw", "base_cover", "base_hw",
+    row.update(dict.fromkeys(("rec_cover", "rec_vs_optimum", "rec_log_err", "rec_hw", "rec_oracle_hw", "base_cover", "base_hw",
                               "base_oracle_hw", "speed_log_err", "speed_cover", "rec_fail", "rec_fail_flagged")))
     if best and best["tokens_per_sec_per_gpu"]:
         est = best["tokens_per_sec_per_gpu"]
         row.update(rec_cover=covers(est["ci95"], fam.truth(best["params"])), rec_hw=half_width(est),
+                   rec_vs_optimum=fam.truth(best["params"]) / fam.truth(optimum(fam)),
                    rec_log_err=math.log(est["mean"] / fam.truth(best["params"])),
                    rec_oracle_hw=oracle_half_width(v, best["n_runs"]), winners_curse_adjusted=best["winners_curse_adjusted"])
         p_fail = fam.p_fail(best["params"])
@@ -154,6 +158,9 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         pairs = [(r[f"{which}_hw"], r[f"{which}_oracle_hw"]) for r in rows if r[f"{which}_hw"] is not None]
         out[f"{which}_hw"] = statistics.median(h for h, _ in pairs) if pairs else None
         out[f"{which}_oracle_hw"] = statistics.median(o for _, o in pairs) if pairs else None
+    near = [r["rec_vs_optimum"] for r in rows if r["rec_vs_optimum"] is not None]
+    out["rec_near_optimum"] = (sum(x >= NEAR_OPTIMUM for x in near), len(near))
+    out["rec_vs_optimum_min"] = min(near, default=None)
     out["rec_bias"], out["rec_bias_se"] = _mean_se([r["rec_log_err"] for r in rows if r["rec_log_err"] is not None])
     out["speed_bias"], out["speed_bias_se"] = _mean_se([r["speed_log_err"] for r in rows if r["speed_log_err"] is not None])
     by_knob: dict[str, list[bool]] = {}

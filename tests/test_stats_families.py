@@ -174,7 +174,7 @@ def test_the_scorer_on_a_hand_made_study():
     assert (row["trials"], row["trial_cover_launch"], row["trial_cover_config"]) == (3, 2, 1)
     assert (row["dropped"], row["dropped_cover"]) == (1, 1) and row["dropped_log_err"] == [pytest.approx(0.0)]
     assert row["rec_cover"] and not row["base_cover"] and not row["speed_cover"]
-    assert row["rec_log_err"] == pytest.approx(math.log(1.01))
+    assert row["rec_log_err"] == pytest.approx(math.log(1.01)) and row["rec_vs_optimum"] == 1.0
     assert row["speed_log_err"] == pytest.approx(math.log(1.02))
     assert row["rec_hw"] == pytest.approx(0.03 / 1.01) and row["base_hw"] == pytest.approx(0.1 / 1.2)
     assert row["rec_oracle_hw"] == pytest.approx(oracle_half_width(run_log_var(noise), 4))
