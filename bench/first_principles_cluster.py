@@ -54,7 +54,8 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
-from surface_truth import Outcome
+
+from bench.surface_truth import Outcome
 
 __all__ = ["ModelShape", "GpuSheet", "SHAPES", "GPU_SHEETS", "Constants", "RANGES", "draw_constants",
            "FirstPrinciplesCluster"]

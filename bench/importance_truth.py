@@ -1,4 +1,4 @@
-"""The true total- and first-order indices of a synthetic family (bench/synthetic_studies.py),
+"""The true total- and first-order indices of a synthetic family (bench/families.py),
 what tuner.stats's CIs are judged against.
 
 The truth is the Sobol decomposition of the family's true log tokens/s/GPU over the
@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from tuner import knobs as knob_catalogue
+from bench.families import FAMILIES
+from bench.tuner_api import knob_catalogue
 
 
 def _distribution(fam: dict[str, Any]) -> list[tuple[dict[str, Any], float]]:
@@ -53,8 +54,6 @@ def _block(knob: str, names: list[str]) -> list[str]:
 @functools.cache
 def true_indices(family: str) -> dict[str, tuple[float, float]]:
     """{knob: (total-order, first-order)} of the family's truth (module docstring)."""
-    from synthetic_studies import FAMILIES
-
     fam = FAMILIES[family]
     dist = _distribution(fam)
     f = np.array([math.log(fam["truth"](p)) for p, _ in dist])

@@ -41,11 +41,11 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root
 
-from first_principles_cluster import FirstPrinciplesCluster
-from surface_pipeline import KINDS, STRATEGIES, cluster_kind, helper_view, kind_spec, run_strategy
-from surfaces import draw_surface, label
+from bench.first_principles_cluster import FirstPrinciplesCluster
+from bench.surface_pipeline import KINDS, STRATEGIES, cluster_kind, helper_view, kind_spec, run_strategy
+from bench.surfaces import draw_surface, label
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 warnings.filterwarnings("ignore")

@@ -27,8 +27,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from surface_truth import SETUP_LEVELS, Truth
 
+from bench.surface_truth import SETUP_LEVELS, Truth
 from tuner import knobs
 from tuner.launch import Launcher, TrialRequest, TrialResult
 from tuner.measurement import stop_reason

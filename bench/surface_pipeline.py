@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from search_efficiency import Truth as HelperTruth
-from search_efficiency import recommended, run_one
-from surface_launcher import SurfaceLauncher
-from surfaces import ClusterKind, HelperView, config_key, grid
 
+from bench.search_efficiency import Truth as HelperTruth
+from bench.search_efficiency import recommended, run_one
+from bench.surface_launcher import SurfaceLauncher
+from bench.surfaces import ClusterKind, HelperView, config_key, grid
 from tuner.search import PRIOR_MEMORY_MARGIN, nccl_problem, predicted_memory_gb, top_prediction
 from tuner.spec import complete_params, load_spec
 

@@ -43,8 +43,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from first_principles_cluster import GPU_SHEETS, SHAPES
-from surface_truth import Outcome
+
+from bench.first_principles_cluster import GPU_SHEETS, SHAPES
+from bench.surface_truth import Outcome
 
 __all__ = ["ClusterKind", "Surface", "HelperView", "draw_surface", "grid", "config_key", "optimum", "label",
            "P_MATTERS", "P_CORNER", "P_BIG_BATCH", "MAIN_SIZE"]

@@ -1,7 +1,7 @@
 """Studies with known truth, analysed as `tuner analyze` would: do tuner's statistics hold?
 
-    python bench/synthetic_studies.py                      # the table of docs/statistics.md
-    python bench/synthetic_studies.py --studies 3 --n-boot 50   # quicker, coarser
+    python -m bench.synthetic_studies                      # the table of docs/statistics.md
+    python -m bench.synthetic_studies --studies 3 --n-boot 50   # quicker, coarser
 
 Each study is built the way the coordinator builds one (tuner.stats.StudyRecord, the input of
 tuner.stats.analyze_record): the baseline first, search trials, then the ablation the
@@ -9,15 +9,7 @@ coordinator would enqueue (tuner.study.plan_ablation + plan_runs: the best, the 
 and the next two configs re-measured, interleaved with one-knob reverts). A run's true
 throughput is its config's truth times a run-to-run factor (lognormal, 2% sd); its steps come
 from a noise family of bench/noise_families.py (rotated over studies); a config may fail
-(oom) with a known probability. Families:
-
-- ``crossover``: nccl_algo x nccl_proto matter only together (+15% on the diagonal), micro_batch
-  (+10%/+20%), padding (+3%), and grad_accum as a 6-level placebo; 60 search trials.
-- ``conditional``: num_workers (+12% for any > 0), prefetch_factor conditional on it and
-  without effect, micro_batch, padding (+8%), nccl_proto placebo; 60 search trials.
-- ``small``: ``conditional`` with 12 search trials.
-- ``failures``: micro_batch 8 is the fastest (+35%) and fails 70% of its runs; samplers
-  favour it (half the trials), so ~35% of all trials fail; 60 search trials.
+(oom) with a known probability. The families (knob spaces, baselines, truths): bench/families.py.
 
 Reported per family: per-trial CI coverage (the truth: each run's own mean), speedup CI
 coverage (the truth: the recommended config's over the baseline's), top 3 right (as a set),
@@ -28,71 +20,32 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy.stats import binomtest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from importance_truth import true_indices  # noqa: E402
-from noise_families import FAMILIES as NOISE_FAMILIES  # noqa: E402
-from noise_families import step_series  # noqa: E402
-from scipy.stats import binomtest  # noqa: E402
-
-from tuner.spec import parse_spec  # noqa: E402
-from tuner.stats import (  # noqa: E402
+from bench.families import FAMILIES
+from bench.importance_truth import true_indices
+from bench.noise_families import FAMILIES as NOISE_FAMILIES
+from bench.noise_families import step_series
+from bench.tuner_api import (
+    N_CANDIDATES,
     StudyRecord,
     TrialRecord,
-    analyze_record,  # noqa: E402
-    config_key,  # noqa: E402
+    analyze_record,
+    config_key,
+    parse_spec,
+    plan_ablation,
+    plan_runs,
+    shortlist,
 )
-from tuner.study import N_CANDIDATES, plan_ablation, plan_runs, shortlist  # noqa: E402
+
+__all__ = ["FAMILIES", "build_study", "evaluate", "run_family"]
 
 RUN_TO_RUN_SD = 0.02
 STEPS = 8
-
-
-def _crossover(p: dict[str, Any]) -> float:
-    diag = (p["nccl_algo"] == "Ring") == (p["nccl_proto"] == "Simple")
-    return 1000.0 * (1.15 if diag else 1.0) * {1: 1.0, 2: 1.10, 4: 1.20}[p["micro_batch"]] \
-        * (1.03 if p["padding"] == "packed" else 1.0)
-
-
-def _conditional(p: dict[str, Any]) -> float:
-    return 1000.0 * (1.12 if p["num_workers"] > 0 else 1.0) * {1: 1.0, 2: 1.10, 4: 1.20}[p["micro_batch"]] \
-        * (1.08 if p["padding"] == "packed" else 1.0)
-
-
-def _failures(p: dict[str, Any]) -> float:
-    return 1000.0 * {1: 1.0, 2: 1.10, 4: 1.20, 8: 1.35}[p["micro_batch"]] \
-        * (1.10 if p["num_workers"] > 0 else 1.0) * (1.08 if p["padding"] == "packed" else 1.0)
-
-
-FAMILIES: dict[str, dict[str, Any]] = {
-    "crossover": {"space": {"nccl_algo": ["Ring", "Tree"], "nccl_proto": ["LL", "Simple"], "micro_batch": [1, 2, 4],
-                            "padding": ["max_length", "packed"], "grad_accum": [1, 2, 4, 8, 16, 32]},
-                  "baseline": {"nccl_algo": "Tree", "nccl_proto": "Simple", "micro_batch": 1,
-                               "padding": "max_length", "grad_accum": 1},
-                  "truth": _crossover, "top3": {"nccl_algo", "nccl_proto", "micro_batch"},
-                  "placebo": {"grad_accum"}, "n_search": 60},
-    "conditional": {"space": {"num_workers": [0, 2, 4], "prefetch_factor": [2, 4], "micro_batch": [1, 2, 4],
-                              "padding": ["max_length", "packed"], "nccl_proto": ["default", "Simple", "LL"]},
-                    "baseline": {"num_workers": 0, "micro_batch": 1, "padding": "max_length", "nccl_proto": "default"},
-                    "truth": _conditional, "top3": {"num_workers", "micro_batch", "padding"},
-                    "placebo": {"prefetch_factor", "nccl_proto"}, "n_search": 60},
-    "failures": {"space": {"micro_batch": [1, 2, 4, 8], "num_workers": [0, 2], "padding": ["max_length", "packed"],
-                           "nccl_proto": ["default", "Simple", "LL"]},
-                 "baseline": {"micro_batch": 1, "num_workers": 0, "padding": "max_length", "nccl_proto": "default"},
-                 "truth": _failures, "top3": {"micro_batch", "num_workers", "padding"},
-                 "placebo": {"nccl_proto"}, "n_search": 60,
-                 "p_fail": lambda p: 0.7 if p["micro_batch"] == 8 else 0.0,
-                 "favour": ("micro_batch", 8, 0.5)},
-}
-FAMILIES["small"] = {**FAMILIES["conditional"], "n_search": 12}
 
 
 def _sample(rng: np.random.Generator, fam: dict[str, Any]) -> dict[str, Any]:

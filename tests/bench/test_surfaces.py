@@ -2,16 +2,13 @@
 
 import dataclasses
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from first_principles_cluster import FirstPrinciplesCluster  # noqa: E402
-from surface_launcher import SurfaceLauncher  # noqa: E402
-from surfaces import P_BIG_BATCH, P_MATTERS, ClusterKind, draw_surface, grid  # noqa: E402
-
+from bench.first_principles_cluster import FirstPrinciplesCluster  # noqa: E402
+from bench.surface_launcher import SurfaceLauncher  # noqa: E402
+from bench.surfaces import P_BIG_BATCH, P_MATTERS, ClusterKind, draw_surface, grid  # noqa: E402
 from tuner.launch import TrialRequest  # noqa: E402
 from tuner.spec import load_spec  # noqa: E402
 

@@ -78,12 +78,7 @@ def test_recipe_fits_the_backend_warns_when_inconclusive_and_names_a_winning_bas
 
 
 def test_recipe_shows_the_flaky_faster_config_and_keeps_placebos_out_of_what_matters():
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-    from synthetic_studies import build_study
-
+    from bench.synthetic_studies import build_study
     from tuner.stats import analyze_record
 
     record, _ = build_study("failures", 2, "ar1-0.5")

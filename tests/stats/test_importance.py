@@ -1,14 +1,9 @@
 """Importance on synthetic studies with known truth: interactions, conditional knobs, placebo."""
 
-import sys
-from pathlib import Path
-
 import pytest
 
+from bench.synthetic_studies import FAMILIES, build_study
 from tuner.stats import knob_importance
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from synthetic_studies import FAMILIES, build_study  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +47,7 @@ def test_failed_and_ablation_runs_are_not_in_the_fit():
 
 
 def test_the_true_indices_the_bench_judges_against():
-    from importance_truth import true_indices
+    from bench.importance_truth import true_indices
 
     cross = true_indices("crossover")
     for knob in ("nccl_algo", "nccl_proto"):            # a pure crossover: all total, no first order
@@ -67,7 +62,7 @@ def test_twelve_trial_studies_rank_the_true_top_3_first_in_most_studies():
     """Done-when "the top 3 are right in at least 80% of studies" for 12-trial studies, with 7
     studies (one per noise family) instead of the bench's 40: at least 5 of 7. Before issue 12
     (prefetch_factor's n/a level took num_workers' credit) this held in few studies."""
-    from noise_families import FAMILIES as NOISE
+    from bench.noise_families import FAMILIES as NOISE
 
     space = list(FAMILIES["small"]["space"])
     right = 0

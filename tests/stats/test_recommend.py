@@ -2,15 +2,11 @@
 (bench/synthetic_studies.py holds the same checks with more replicates)."""
 
 import dataclasses
-import sys
-from pathlib import Path
 
 import pytest
 
+from bench.synthetic_studies import FAMILIES, build_study, evaluate
 from tuner.stats import StudyRecord, analyze_record, config_key, format_summary
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from synthetic_studies import FAMILIES, build_study, evaluate  # noqa: E402
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -121,8 +117,8 @@ def test_ablation_rarely_calls_a_knob_without_an_effect_significant():
     """Holm over the ablated knobs, run-to-run variation in every CI: the knobs without an
     effect (placebos) that 28 studies ablated are called significant at most once (nominal
     family-wise 5%; before issue 12, 16% of them were)."""
-    from noise_families import FAMILIES as NOISE
-    from synthetic_studies import _ablation_false_positives
+    from bench.noise_families import FAMILIES as NOISE
+    from bench.synthetic_studies import _ablation_false_positives
 
     nulls = significant = 0
     for family in ("conditional", "crossover"):

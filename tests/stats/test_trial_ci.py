@@ -1,15 +1,11 @@
 """Per-trial CIs of tokens over time with a pooled noise model, on series with known truth."""
 
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from bench.noise_families import FAMILIES, step_series
 from tuner.stats import mser_start, ratio_of_sums, study_noise, study_trial_cis, trial_ci
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from noise_families import FAMILIES, step_series  # noqa: E402
 
 
 def _coverage(family, steps, studies, trials, seed):

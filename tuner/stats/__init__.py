@@ -26,6 +26,7 @@ from tuner.stats._configs import (
     run_to_run_variance,
 )
 from tuner.stats._failures import (
+    FLAKY_FAILURE_RATE,
     config_failure,
     config_key,
     failure_model,
@@ -69,6 +70,7 @@ from tuner.stats._trial_ci import (
 )
 
 __all__ = [
+    "FLAKY_FAILURE_RATE",
     "MAX_ROUNDS",
     "MIN_SURROGATE_SD",
     "ROLE_ATTRS",

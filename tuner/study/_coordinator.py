@@ -26,6 +26,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+import tuner.study._spool as spool
 from tuner import budget
 from tuner.budget import ledger_from_trials
 from tuner.errors import SpecError
@@ -44,7 +45,6 @@ from tuner.storage import (
     trial_id,
     with_retries,
 )
-from tuner.study import _spool as spool
 from tuner.study._admission import admit, finished
 from tuner.study._breaker import DEFAULT_LIMIT, CircuitBreaker
 from tuner.study._heartbeat import Heartbeat
