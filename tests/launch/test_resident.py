@@ -97,8 +97,7 @@ _COORDINATOR = """
 import sys
 from tuner.study import RunOptions, run_study
 import dataclasses
-sys.path.insert(0, {tests!r})
-from spine_helpers import fast_spec
+from tests.spine_helpers import fast_spec
 from pathlib import Path
 spec = fast_spec(Path({tmp!r}), timeout_s=600)
 spec = dataclasses.replace(spec, trial=dataclasses.replace(spec.trial, command=({cmd!r},)))

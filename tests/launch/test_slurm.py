@@ -165,7 +165,7 @@ def test_study_trials_run_as_slurm_steps_of_one_allocation(slurm_cluster, tmp_pa
     study = optuna.load_study(study_name="slurm-study", storage=storage)
     trials = [t for t in study.trials if t.state == TrialState.COMPLETE]
     assert len(trials) == 2
-    from fixtures.fast_objective import expected_tokens_per_sec_per_gpu
+    from tests.fixtures.fast_objective import expected_tokens_per_sec_per_gpu
     for t in trials:
         assert t.user_attrs["status"] == "ok", t.user_attrs.get("message")
         assert t.user_attrs["launcher"] == "slurm" and t.user_attrs["world_size"] == 2

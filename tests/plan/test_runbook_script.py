@@ -91,9 +91,11 @@ def test_three_allocations_on_a_real_slurm_each_resuming_from_the_last_checkpoin
         if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"):
             break
         if state == "PENDING" and "Reason=BeginTime" in info and restarts not in lifted:
-            # Slurm holds a requeued job ~120 s before it is eligible again; lift the hold so the
-            # test takes a minute per allocation (the script's behaviour is unchanged).
-            slurm_cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now")
+            # Slurm holds a requeued job ~120 s before it is eligible again; shorten the hold so the
+            # test takes a minute per allocation (the script's behaviour is unchanged). Not to zero:
+            # slurmd refuses a launch whose credential dates from the second the last one was
+            # revoked in ("Job credential revoked"), so the next allocation starts 5 s later.
+            slurm_cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now+5")
             lifted.add(restarts)
         time.sleep(1.0)
     log = "\n".join(p.read_text() for p in work.glob("*.out"))

@@ -72,8 +72,7 @@ def test_each_failure_prints_its_reason_on_one_line(tmp_path):
 
 CHILD = textwrap.dedent("""
     import json, os, sys, time
-    sys.path.insert(0, {tests!r})
-    from spine_helpers import fast_spec
+    from tests.spine_helpers import fast_spec
     from pathlib import Path
     from tuner.study import RunOptions, run_study
     from tuner.launch import Launcher, TrialResult

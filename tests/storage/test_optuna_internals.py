@@ -4,6 +4,7 @@ import subprocess
 from pathlib import Path
 
 import optuna
+import pytest
 
 from tuner.storage import missing_internals, open_storage, rdb_storage, study_storage, trial_id
 
@@ -29,3 +30,16 @@ def test_no_module_outside_optuna_internals_reaches_optuna_privates():
     found = subprocess.run(["grep", "-rnP", pattern, "--include=*.py", "tuner", "bench", "objectives", "helper"],
                            cwd=ROOT, capture_output=True, text=True).stdout.splitlines()
     assert [f for f in found if not f.startswith("tuner/storage/_optuna_internals.py")] == []
+
+
+def test_a_result_is_written_in_one_transaction_all_or_nothing(tmp_path):
+    storage = open_storage(f"sqlite:///{tmp_path}/t.db")
+    study = optuna.create_study(storage=storage)
+    trial = study.ask()
+    rdb_storage(study).record(trial_id(trial), steps=[(0, 1.5), (1, 2.5)], user_attrs={"status": "ok", "gpu_seconds": 3.0})
+    study.tell(trial, 2.0)
+    done = study.trials[0]
+    assert done.intermediate_values == {0: 1.5, 1: 2.5} and done.user_attrs == {"status": "ok", "gpu_seconds": 3.0}
+    with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):   # finished elsewhere: nothing written
+        rdb_storage(study).record(trial_id(trial), steps=[(2, 9.0)], user_attrs={"late": True})
+    assert "late" not in study.trials[0].user_attrs and 2 not in study.trials[0].intermediate_values

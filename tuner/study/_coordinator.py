@@ -270,10 +270,14 @@ def record_result(study: optuna.Study, trial: optuna.Trial, result: TrialResult)
 
 
 def _tell(study: optuna.Study, trial: optuna.Trial, out: Outcome) -> None:
-    for step, value in out.steps:
-        trial.report(value, step)
-    for key, value in out.attrs.items():
-        trial.set_user_attr(key, value)
+    storage = rdb_storage(study)
+    if hasattr(storage, "record"):  # tuner's RDB storage: one transaction (tuner.storage)
+        storage.record(trial_id(trial), steps=out.steps, user_attrs=out.attrs)
+    else:  # another storage (an in-memory study of a bench or a test)
+        for step, value in out.steps:
+            trial.report(value, step)
+        for key, value in out.attrs.items():
+            trial.set_user_attr(key, value)
     if out.state == "FAIL":
         _fail(study, trial, retry=out.retry)
         return
