@@ -67,18 +67,38 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
 
     def record(self, trial_id_: int, *, steps: Sequence[tuple[int, float]] = (),
                user_attrs: dict[str, Any] | None = None) -> None:
-        """A finished trial's intermediate values and user attrs in one transaction (Optuna
-        writes each in a transaction of its own: some 30 commits for a trial's result).
-        All or nothing: a trial another process has finished raises UpdateFinishedTrialError
-        and nothing of it is written."""
+        """A finished trial's intermediate values and user attrs in one transaction and a
+        handful of statements (Optuna writes each in a transaction of its own, two queries
+        apiece: some 60 round trips for a trial's result). All or nothing: a trial another
+        process has finished raises UpdateFinishedTrialError and nothing of it is written."""
+        import json
+
         from optuna.storages._rdb import models
         from optuna.storages._rdb.storage import _create_scoped_session
 
+        attrs = dict(user_attrs or {})
         with _create_scoped_session(self.scoped_session, True) as session:
-            for step, value in steps:
-                self._set_trial_intermediate_value_without_commit(session, trial_id_, int(step), float(value))
-            for key, value in (user_attrs or {}).items():
-                self._set_trial_attr_without_commit(session, models.TrialUserAttributeModel, trial_id_, key, value)
+            trial = models.TrialModel.find_or_raise_by_id(trial_id_, session)
+            self.check_trial_is_updatable(trial_id_, trial.state)
+            values = {int(step): models.TrialIntermediateValueModel.intermediate_value_to_stored_repr(float(value))
+                      for step, value in steps}
+            if values:
+                held = {row.step: row for row in session.query(models.TrialIntermediateValueModel).filter(
+                    models.TrialIntermediateValueModel.trial_id == trial_id_)}
+                for step, (stored, kind) in values.items():
+                    if step in held:
+                        held[step].intermediate_value, held[step].intermediate_value_type = stored, kind
+                    else:
+                        session.add(models.TrialIntermediateValueModel(
+                            trial_id=trial_id_, step=step, intermediate_value=stored, intermediate_value_type=kind))
+            if attrs:
+                model = models.TrialUserAttributeModel
+                held = {row.key: row for row in session.query(model).filter(model.trial_id == trial_id_)}
+                for key, value in attrs.items():
+                    if key in held:
+                        held[key].value_json = json.dumps(value)
+                    else:
+                        session.add(model(trial_id=trial_id_, key=key, value_json=json.dumps(value)))
 
     def set_trial_state_values(self, trial_id: int, state: TrialState,
                                values: Sequence[float] | None = None) -> bool:
