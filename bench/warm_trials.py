@@ -13,6 +13,11 @@ share (worker start-up plus in-place reconfiguration, over trial GPU time).
 
     nice -n 10 python bench/warm_trials.py                    # all rows (~10 min on 2 cores)
     python bench/warm_trials.py --sim-only                    # the sim rows (~1 min)
+    python bench/warm_trials.py --sim-only --check            # and check issue 15's figures
+
+`--check` exits 1 unless, at 40 GPU-h: warm start-up share <= 25% < cold's, more ok trials warm
+than cold, >= 60 ok configs warm, the best's speedup CI above 1, and the ablation (when the
+budget reached it) measured the top knob. These were tests; they are a benchmark's figures.
 """
 
 from __future__ import annotations
@@ -90,6 +95,7 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-gpu-seconds", type=float, default=288.0, help="per real row (default 0.08 GPU-h)")
     ap.add_argument("--sim-only", action="store_true")
     ap.add_argument("--real-only", action="store_true")
+    ap.add_argument("--check", action="store_true", help="exit 1 unless the sim rows meet issue 15's figures")
     ap.add_argument("--sampler", default=None,
                     help="the sim rows' sampler (default: the spec's, `auto`: the model-guided one for that spec)")
     args = ap.parse_args(argv)
@@ -115,7 +121,37 @@ def main(argv=None) -> int:
                             budget_gpu_seconds=40 * 3600.0, work=work, launcher="sim") for r in (False, True)]
             print(f"\nsim: llama7b-h100x32, 40 GPU-h, sampler {big.study.sampler}\n")
             print_table(rows, "GPU-h")
+            if args.check:
+                problems = check_sim_rows(rows, big, work)
+                print("\ncheck: " + ("ok" if not problems else "FAILED\n  " + "\n  ".join(problems)))
+                return 1 if problems else 0
     return 0
+
+
+def check_sim_rows(rows, spec, work: Path) -> list[str]:
+    """Issue 15's figures on the 40 GPU-h sim rows (cold, warm): what fails, one line each."""
+    from tuner.stats import analyze_study
+
+    cold, warm = rows
+    problems = []
+    if not warm["startup_share"] <= 0.25 < cold["startup_share"]:
+        problems.append(f"start-up share warm {warm['startup_share']:.0%} cold {cold['startup_share']:.0%}: "
+                        "want warm <= 25% < cold")
+    if not warm["ok"] > cold["ok"]:
+        problems.append(f"ok trials warm {warm['ok']} <= cold {cold['ok']}")
+    db = work / f"{warm['row'].replace(' ', '_')}.db"
+    study = optuna.load_study(study_name=spec.study.name, storage=f"sqlite:///{db}")
+    configs = {str(sorted(t.params.items())) for t in study.trials
+               if t.state.name == "COMPLETE" and t.user_attrs.get("status") == "ok"}
+    if len(configs) < 60:
+        problems.append(f"{len(configs)} ok configs warm: want >= 60")
+    analysis = analyze_study(study, n_boot=10)
+    if not analysis["best"]["speedup_vs_baseline"]["ci95"][0] > 1.0:
+        problems.append(f"best's speedup CI {analysis['best']['speedup_vs_baseline']['ci95']}: want above 1")
+    ablated = [k["knob"] for k in (analysis.get("ablation") or {}).get("knobs", [])]
+    if ablated and analysis["top_knobs"][0] not in ablated:
+        problems.append(f"the ablation measured {ablated}, not the top knob {analysis['top_knobs'][0]}")
+    return problems
 
 
 if __name__ == "__main__":

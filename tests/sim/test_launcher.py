@@ -3,7 +3,6 @@
 import dataclasses
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import optuna
@@ -73,24 +72,17 @@ def test_sim_study_respects_budget_and_is_flagged(tmp_path):
     assert "SIMULATED" in status.stdout
 
 
-@pytest.mark.slow
-def test_the_7b_40gpuh_rehearsal_explores_at_least_60_configs(tmp_path):
-    """The user asked for 30-60 configurations; warm trials (issue 15) should give 60 or more."""
-    t0 = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "tuner.cli", "run", "--study", str(ROOT / "studies/llama7b-h100x32.toml"),
-                          "--launcher", "sim", "--budget", "40gpuh", "--storage", f"sqlite:///{tmp_path}/r.db",
-                          "--quiet"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-2000:]
-    study = optuna.load_study(study_name="llama7b-h100x32-sim", storage=f"sqlite:///{tmp_path}/r.db")
+def test_a_small_7b_rehearsal_ranks_the_best_above_the_baseline(tmp_path):
+    """The rehearsal on an 8 GPU-h budget. The 40 GPU-h run's figures (>= 60 configs, the
+    ablation measuring the top knob) are `python bench/warm_trials.py --sim-only --check`."""
+    spec = dataclasses.replace(SPEC, study=dataclasses.replace(SPEC.study, name="rehearsal", sampler="random"))
+    storage = f"sqlite:///{tmp_path}/r.db"
+    run_study(spec, RunOptions(storage_url=storage, budget_gpu_seconds=8 * 3600.0, runs_dir=tmp_path / "runs"))
+    study = optuna.load_study(study_name="rehearsal", storage=storage)
     configs = {str(sorted(t.params.items())) for t in study.trials if t.state.name == "COMPLETE"}
-    assert len(configs) >= 60
+    assert len(configs) >= 8
     analysis = analyze_study(study, n_boot=10)
     assert analysis["simulated"] and analysis["best"]["speedup_vs_baseline"]["ci95"][0] > 1.0
-    # the ablation measures knobs most-important first, so a budget that ends mid-ablation
-    # has still measured the top knob
-    ablated = [k["knob"] for k in analysis["ablation"]["knobs"]]
-    assert analysis["top_knobs"][0] in ablated, (analysis["top_knobs"], ablated)
-    print(f"7B sim rehearsal: {len(study.trials)} trials, {len(configs)} configs, {time.monotonic() - t0:.1f} s")
 
 
 def test_sharding_is_a_knob_end_to_end(tmp_path):
@@ -164,25 +156,19 @@ def test_cold_mode_starts_every_trial_afresh():
     assert results[0].startup_seconds == results[1].startup_seconds and "warm" not in results[1].extra
 
 
-@pytest.mark.slow  # two 40 GPU-h sim studies (~1-3 min each)
-# `auto`: the model-guided sampler, reuse-aware (expected improvement per expected second,
-# weighted by the chance the trial fits its budget cap; a warm worker keeps its model while its
-# build is over an eighth of the time run on it): 24% on 2026-11-23 (docs/benchmarks.md)
-@pytest.mark.parametrize("sampler", ["tpe-multivariate", "auto"])
-def test_warm_7b_study_spends_at_most_a_quarter_on_start_up(tmp_path, sampler):
+def test_warm_trials_spend_a_smaller_share_on_start_up_and_run_more_configs_than_cold(tmp_path):
+    """Issue 15's property on an 8 GPU-h budget; the 40 GPU-h figures (start-up <= 25% warm,
+    >= 60 ok configs with `auto`) are `python bench/warm_trials.py --sim-only --check`."""
     shares, oks = {}, {}
-    base = dataclasses.replace(SPEC, study=dataclasses.replace(SPEC.study, sampler=sampler))
+    base = dataclasses.replace(SPEC, study=dataclasses.replace(SPEC.study, sampler="random"))
     for resident in (False, True):
         spec = dataclasses.replace(base, trial=dataclasses.replace(base.trial, resident=resident))
         storage = f"sqlite:///{tmp_path}/{resident}.db"
-        run_study(spec, RunOptions(storage_url=storage, runs_dir=tmp_path / "runs"))
+        run_study(spec, RunOptions(storage_url=storage, budget_gpu_seconds=8 * 3600.0, runs_dir=tmp_path / "runs",
+                                   ablation=False))
         trials = optuna.load_study(study_name=spec.study.name, storage=storage).trials
         used = sum(t.user_attrs.get("gpu_seconds", 0.0) for t in trials)
         shares[resident] = sum(t.user_attrs.get("setup_gpu_seconds", 0.0) for t in trials) / used
         oks[resident] = sum(t.user_attrs.get("status") == "ok" for t in trials)
-    assert shares[True] <= 0.25 < shares[False]
+    assert shares[True] < shares[False]
     assert oks[True] > oks[False]
-    # issue 15's count is the product's (`auto`): 221 on 2026-11-25. TPE's fell from 65 to 50 when
-    # the cap stopped cutting its full-length trials at 3x the median of those stopped early
-    # (tuner.budget.trial_cap): its ok trials run their steps (docs/benchmarks.md)
-    assert sampler != "auto" or oks[True] >= 60
