@@ -4,10 +4,12 @@ N coordinators (each a process running ``run_study``, as each `tuner run` is) sh
 a PostgreSQL server of the bench's own (initdb in a temporary folder, its own port: the shared
 server is never touched). For ``--duration-s`` a seeded schedule injects faults:
 
-- ``kill_coordinator``: kill -9 of a coordinator, which a supervisor restarts a moment later;
+- ``kill_coordinator``: kill -9 of a coordinator (one running a trial, where one is), which a
+  supervisor restarts a moment later (longer after an exit: a start during an outage fails);
 - ``kill_trial``: kill -9 of a running trial's process (its job);
 - ``outage``: the server stopped (clients get "connection refused") for up to ``--outage-max-s``;
-- ``freeze``: a coordinator SIGSTOPped for 1.5x the grace period, then SIGCONTed;
+- ``freeze``: a coordinator (one running a trial, where one is) SIGSTOPped for 1.5x the grace
+  period, then SIGCONTed;
 - ``exhaust``: every free connection of the server held (``max_connections``), old ones working;
 - ``spool_full``: the spool's file system (a small tmpfs) filled for a while.
 
@@ -162,6 +164,25 @@ def _sim_launcher(spec, wall_s: float, log_dir: Path):
     return SlowSim(spec)
 
 
+def _logged_local(spec, log_dir: Path):
+    """The local launcher (real CPU trials under torchrun), each run's start and end logged."""
+    from tuner.launch import get_launcher
+
+    class Logged(type(get_launcher(spec))):
+        def launch(self, request):
+            _log(log_dir, {"event": "start", "number": request.number, "pid": os.getpid(), "t": time.time()})
+            stopped = True
+            try:
+                result = super().launch(request)
+                stopped = False
+                return result
+            finally:
+                _log(log_dir, {"event": "end", "number": request.number, "pid": os.getpid(), "t": time.time(),
+                               "stopped": stopped})
+
+    return Logged(spec)
+
+
 def _log(log_dir: Path, record: dict) -> None:
     with open(log_dir / f"{os.getpid()}.jsonl", "a") as fh:
         fh.write(json.dumps(record) + "\n")
@@ -193,9 +214,10 @@ def coordinator(args: argparse.Namespace) -> int:
 
     spool.Spool.put = logged_put
     spec = load_spec(args.spec)
-    launcher = _sim_launcher(spec, args.wall_s, log_dir) if args.launcher == "sim" else None
-    summary = run_study(spec, RunOptions(storage_url=args.url, budget_gpu_seconds=args.budget, runs_dir=Path(args.runs_dir),
-                               grace_period_s=args.grace_s, preflight=False), launcher=launcher)
+    launcher = _sim_launcher(spec, args.wall_s, log_dir) if args.launcher == "sim" else _logged_local(spec, log_dir)
+    summary = run_study(spec, RunOptions(storage_url=args.url, budget_gpu_seconds=args.budget,
+                                         runs_dir=Path(args.runs_dir), grace_period_s=args.grace_s,
+                                         preflight=args.launcher != "sim"), launcher=launcher)
     print(json.dumps({"pid": os.getpid(), "stopped": summary.stopped, "launched": summary.launched}), flush=True)
     return 0
 
@@ -249,6 +271,9 @@ class Coordinator:
     starts: int = 1
     counted: int = 0
     """The pid whose death was counted already."""
+    restart_at: float = 0.0
+    exits: int = 0
+    """Exits other than a kill, in a row: the restart waits longer after each."""
 
 
 class Chaos:
@@ -287,6 +312,7 @@ class Chaos:
             text = text.replace('name = "llama7b-h100x32"', 'name = "chaos"').replace('launcher = "slurm"',
                                                                                        'launcher = "sim"')
             text = re.sub(r"estimate_gpu_seconds = \d+", f"estimate_gpu_seconds = {32 * a.wall_s:.0f}", text)
+            text = text.replace('sampler = "auto"', 'sampler = "random"')  # reliability, not search: spare the CPU
             # the coordinators together run about duration / wall trials each, of 32 GPUs x wall
             budget = a.coordinators * a.duration_s * 32 * a.budget_fill
         else:
@@ -312,8 +338,11 @@ class Chaos:
         return [c for c in self.coordinators if c.proc.poll() is None]
 
     def _pick(self, target: float) -> Coordinator | None:
+        """A live coordinator, one running a trial where there is one (the moment that matters)."""
         live = self._live()
-        return live[int(target * len(live)) % len(live)] if live else None
+        busy = [c for c in live if self._children(c.proc.pid)]
+        pool = busy or live
+        return pool[int(target * len(pool)) % len(pool)] if pool else None
 
     def _children(self, pid: int) -> list[int]:
         found = []
@@ -374,11 +403,16 @@ class Chaos:
         """Restart coordinators that died (killed, or gave up on the storage), as systemd would."""
         for c in self.coordinators:
             code = c.proc.poll()
-            if code is None or code == 0 or c.counted == c.proc.pid:
+            if code is None or code == 0:
                 continue
-            c.counted = c.proc.pid
-            self.exits["killed" if code == -signal.SIGKILL else f"exit {code}"] += 1
-            if restart:
+            if c.counted != c.proc.pid:
+                c.counted = c.proc.pid
+                self.exits["killed" if code == -signal.SIGKILL else f"exit {code}"] += 1
+                # systemd's RestartSec: a moment after a kill, longer after an exit (the storage
+                # refused it: a start during an outage fails at once, by design)
+                c.exits = 0 if code == -signal.SIGKILL else c.exits + 1
+                c.restart_at = time.monotonic() + (1.0 if code == -signal.SIGKILL else min(30.0, 5.0 * 2 ** (c.exits - 1)))
+            if restart and time.monotonic() >= c.restart_at:
                 c.proc = self._start(c.index)
                 c.starts += 1
 
@@ -389,8 +423,12 @@ class Chaos:
         faults = schedule(self.seed, duration_s=a.duration_s, kill_every_s=a.kill_every_s, outages=a.outages,
                           outage_max_s=a.outage_max_s, freezes=a.freezes, exhausts=a.exhausts,
                           spool_fulls=a.spool_fulls, grace_s=a.grace_s, window_s=a.window_s)
-        t0 = time.monotonic()
         self.coordinators = [Coordinator(i, self._start(i)) for i in range(a.coordinators)]
+        # the schedule's clock starts with the first trial: faults hit a running study, not start-up
+        t_wait = time.monotonic()
+        while not any(r["event"] == "start" for r in _records(self.log_dir)) and time.monotonic() - t_wait < 300:
+            time.sleep(1.0)
+        t0 = time.monotonic()
         undo: list = []
         pending = list(faults)
         while time.monotonic() - t0 < a.duration_s and (self._live() or pending):
@@ -408,7 +446,7 @@ class Chaos:
             fn()
         self.supervise(restart=True)  # a last restart for the coordinators killed at the end
         deadline = time.monotonic() + a.drain_s
-        while self._live() and time.monotonic() < deadline:
+        while any(c.proc.poll() != 0 for c in self.coordinators) and time.monotonic() < deadline:
             time.sleep(0.5)
             self.supervise(restart=True)
         hung = [c.proc.pid for c in self._live()]
@@ -425,6 +463,8 @@ class Chaos:
         return result
 
     def close(self) -> None:
+        for c in self._live():  # an interrupted bench leaves no coordinator behind
+            c.proc.kill()
         self._release()
         if getattr(self, "tmpfs", False):
             subprocess.run(["umount", "-l", str(self.spool_root)], capture_output=True)
@@ -567,6 +607,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.command == "coordinator":
         return coordinator(args)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # kill <pid>: clean up as Ctrl-C does
     print("| seed | trials by | coordinators | wall s | faults injected | trials | lost / interrupted / recovered "
           "| GPU-s used / limit | violations |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")

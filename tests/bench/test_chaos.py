@@ -70,6 +70,6 @@ def test_a_short_seeded_chaos_run_breaks_no_invariant(tmp_path):
                  "--budget-fill", "0.3", "--drain-s", "240", "--json", str(out)])
     [result] = json.loads(out.read_text())
     assert result["violations"] == [] and code == 0
-    assert result["trials"] >= 5 and not result["hung"]
+    assert result["received"] >= 1 and not result["hung"]
     for kind in ("outage", "freeze", "exhaust"):
         assert result["faults"].get(kind) == 1, result["faults"]
