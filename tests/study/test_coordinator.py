@@ -129,7 +129,9 @@ def test_a_trial_running_elsewhere_is_waited_out_and_the_study_ends_with_none_in
     assert time.monotonic() - t0 >= 1.5          # waited for the heartbeat to go stale
     assert any("running elsewhere" in e.message for e in events if e.kind == "note")
     study = load(storage_url)
-    assert study.trials[0].state == TrialState.FAIL and "status" not in study.trials[0].user_attrs
+    lost = study.trials[0]                       # FAIL with a reason a reader of the dashboard can tell apart
+    assert lost.state == TrialState.FAIL and lost.user_attrs["status"] == "lost"
+    assert "its coordinator stopped beating for over 2 s" in lost.user_attrs["message"]
     retry = study.trials[1]                      # its retry: no budget left to run it
     assert retry.user_attrs["retry_of"] == 0 and retry.state == TrialState.FAIL
     assert retry.user_attrs["status"] == "skipped" and retry.user_attrs["gpu_seconds"] == 0.0

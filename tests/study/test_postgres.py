@@ -88,7 +88,14 @@ def test_five_coordinators_share_one_budget(pg_url, tmp_path):
     join_all(procs, errors)
     trials = optuna.load_study(study_name="fast", storage=pg_url).get_trials()
     check_budget_kept(trials, 150.0)
-    assert all(t.state == TrialState.COMPLETE for t in trials if t.user_attrs.get("status") != "repeat")
+    # Every trial that ran is COMPLETE. The others never ran (FAIL, 0 GPU-s, a reason): a sampler's
+    # exact repeat, a proposal whose reservation another coordinator's took the budget of, a queued
+    # run (a repeat's replacement) the spent budget could not pay for. How many of these there
+    # are depends on how the coordinators interleave, i.e. on the machine's load.
+    for t in trials:
+        if t.state != TrialState.COMPLETE:
+            a = t.user_attrs
+            assert a.get("status") in ("repeat", "skipped") and a["gpu_seconds"] == 0.0 and a["message"], (t.number, a)
     # trials overlapped across processes (on a busy 2-core machine some start late)
     assert len({t.user_attrs["pid"] for t in trials if "pid" in t.user_attrs}) >= 3
     assert sum(t.user_attrs.get("role") == "baseline" for t in trials) == 1

@@ -11,6 +11,7 @@ Example:
 
 from tuner.storage._optuna_internals import (
     StudyView,
+    fail_stale_trials,
     missing_internals,
     rdb_storage,
     study_storage,
@@ -46,6 +47,7 @@ __all__ = [
     "StudyView",
     "admission_lock",
     "end_unrun",
+    "fail_stale_trials",
     "missing_internals",
     "open_storage",
     "rdb_storage",

@@ -14,13 +14,18 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Sequence
+import datetime
+import warnings
+from collections.abc import Callable, Container, Mapping, Sequence
 from typing import Any
 
 import optuna
+import sqlalchemy
+from optuna.storages._rdb import models as _models
 from optuna.trial import FrozenTrial, TrialState
 
-__all__ = ["HeartbeatRDBStorage", "StudyView", "trial_id", "study_storage", "rdb_storage", "missing_internals"]
+__all__ = ["HeartbeatRDBStorage", "StudyView", "trial_id", "study_storage", "rdb_storage", "missing_internals",
+           "fail_stale_trials"]
 
 
 def trial_id(trial: optuna.Trial | FrozenTrial) -> int:
@@ -108,6 +113,49 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
         return changed
 
 
+    def fail_if_stale(self, trial_id_: int, attrs: Mapping[str, Any]) -> bool:
+        """FAIL a RUNNING trial whose heartbeat is older than the grace period, with ``attrs``
+        (its status and message), in one transaction on the locked trial row. False when it
+        is not RUNNING any more (its coordinator recorded it) or it beat again meanwhile.
+
+        Optuna's own ``fail_stale_trials`` FAILs first and leaves the attrs to a callback, which
+        cannot write them (a finished trial refuses user attrs): the FAIL carried no reason.
+        """
+        grace = datetime.timedelta(seconds=self.grace_period or 2 * (self.heartbeat_interval or 0))
+        with _scoped_session(self) as session:
+            trial = _models.TrialModel.find_or_raise_by_id(trial_id_, session, for_update=True)
+            if trial.state != TrialState.RUNNING:
+                return False
+            beat = _models.TrialHeartbeatModel.where_trial_id(trial_id_, session)
+            now = session.execute(sqlalchemy.func.now()).scalar().replace(tzinfo=None)  # the server's clock
+            if beat is None or now - beat.heartbeat <= grace:
+                return False
+            for key, value in attrs.items():
+                self._set_trial_attr_without_commit(session, _models.TrialUserAttributeModel, trial_id_, key, value)
+            trial.state = TrialState.FAIL
+            trial.datetime_complete = datetime.datetime.now()
+        return True
+
+
+def _scoped_session(storage: optuna.storages.RDBStorage) -> Any:
+    from optuna.storages._rdb.storage import _create_scoped_session
+    return _create_scoped_session(storage.scoped_session)
+
+
+def fail_stale_trials(study: optuna.Study, attrs: Mapping[str, Any]) -> list[FrozenTrial]:
+    """FAIL the study's RUNNING trials whose heartbeat is older than the grace period, each
+    with ``attrs`` written in the same transaction (:meth:`HeartbeatRDBStorage.fail_if_stale`);
+    returns them, for the caller's retry. Staleness is judged on the database server's clock
+    alone (heartbeats are written with its ``now()``): coordinators' clocks may differ."""
+    rdb = rdb_storage(study)
+    if not isinstance(rdb, HeartbeatRDBStorage) or rdb.heartbeat_interval is None:
+        return []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        stale = rdb._get_stale_trial_ids(study._study_id)  # noqa: SLF001
+    return [rdb.get_trial(t) for t in stale if rdb.fail_if_stale(t, attrs)]
+
+
 class StudyView:
     """A study as a sampler reads it: every trial passed through ``seen_as`` first.
 
@@ -146,6 +194,11 @@ def missing_internals() -> list[str]:
               "FrozenTrial._trial_id": lambda: study.trials[0]._trial_id,  # noqa: SLF001
               "the study cache's _backend": lambda: study._storage._backend,  # noqa: SLF001
               "RDBStorage._create_new_trial": lambda: optuna.storages.RDBStorage._create_new_trial,  # noqa: SLF001
+              "RDBStorage._get_stale_trial_ids": lambda: optuna.storages.RDBStorage._get_stale_trial_ids,  # noqa: SLF001
+              "RDBStorage._set_trial_attr_without_commit (fail_if_stale)":
+                  lambda: optuna.storages.RDBStorage._set_trial_attr_without_commit,  # noqa: SLF001
+              "optuna.storages._rdb.storage._create_scoped_session": lambda: _scoped_session(rdb),
+              "Study._study_id": lambda: study._study_id,  # noqa: SLF001
               "Study._get_trials (what samplers read; StudyView)": lambda: study._get_trials(  # noqa: SLF001
                   deepcopy=False, states=None, use_cache=False),
               "RDBStorage's one-transaction writes (HeartbeatRDBStorage.record)": lambda: rdb.record(

@@ -26,11 +26,13 @@ from tuner.budget import ledger_from_trials
 from tuner.launch import Launcher
 from tuner.search import is_deliberate, screen, screen_repeat, suggest_params
 from tuner.spec import StudySpec, complete_params
-from tuner.storage import admission_lock, end_unrun, study_storage, trial_id
+from tuner.storage import admission_lock, end_unrun, rdb_storage, study_storage, trial_id
+from tuner.storage import fail_stale_trials as storage_fail_stale
 from tuner.study._ablation import ablation_plan, apply_ablation_plan
 from tuner.study._lifecycle import enqueue_lost_retries, retry_once
+from tuner.study._outcome import INTERRUPTED, LOST
 
-__all__ = ["admit", "finished", "last_run_params", "MAX_PRUNED_IN_A_ROW"]
+__all__ = ["admit", "finished", "last_run_params", "fail_stale_trials", "runoff_waits", "MAX_PRUNED_IN_A_ROW"]
 
 MAX_PRUNED_IN_A_ROW = 200
 """Screened-out or repeat proposals in a row after which the search is exhausted (the
@@ -84,6 +86,8 @@ def admit(study: optuna.Study, raw_storage: Any, spec: StudySpec, limits: tuple[
                 queued=any(t.state == TrialState.WAITING for t in trials),
                 search_exhausted=bool(attrs.get("search_exhausted")), estimate_gpu_seconds=estimate,
                 costliest_ok_gpu_seconds=budget.cap_basis(trials, first_estimate_gpu_seconds=first_estimate))
+        if admission.action == "plan_ablation" and runoff_waits(attrs, trials):
+            return None  # the coordinator waits for those runs (tuner.study's loop), then plans
         if admission.action == "plan_ablation":  # its statistics outside the lock, its runs enqueued under it
             plan = ablation_plan(attrs, spec, trials, limit_gpu_seconds=limit,
                                  worker_params=last_run_params(trials) if warm else None)
@@ -144,12 +148,27 @@ def last_run_params(trials: list[optuna.trial.FrozenTrial]) -> dict[str, Any] | 
     return dict(max(ran, key=lambda t: t.number).params) if ran else None
 
 
-def fail_stale_trials(study: optuna.Study) -> None:
-    # tuner drives trials with ask/tell and beats for them itself (RDB heartbeats alone only
-    # protect Study.optimize), so the stale check is ours to call; it is marked experimental.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        optuna.storages.fail_stale_trials(study)
+def runoff_waits(study_attrs: Any, trials: list[optuna.trial.FrozenTrial]) -> bool:
+    """Whether the runoff must wait: the round's runs are enqueued (``ablation_stage`` 1) and
+    some still run on other coordinators. The runoff's finalists are chosen once, on every run
+    of the round (a dead coordinator's run goes stale, is retried, and is waited for too)."""
+    if study_attrs.get("ablation_stage") != 1:
+        return False
+    return any(t.state == TrialState.RUNNING and t.user_attrs.get("role") == "ablation" for t in trials)
+
+
+def fail_stale_trials(study: optuna.Study) -> list[int]:
+    """FAIL the trials whose coordinator stopped beating, with status `lost` and a message, and
+    retry each once (tuner.study.retry_once); returns their numbers. tuner drives trials with
+    ask/tell and beats for them itself (RDB heartbeats alone only protect Study.optimize), so
+    the stale check is ours to call. Call it under the admission lock."""
+    grace = getattr(rdb_storage(study), "grace_period", None)
+    message = (f"its coordinator stopped beating for over {grace} s (the grace period): it died, was frozen, "
+               "or lost the storage; charged its last heartbeat's GPU-seconds, retried once")
+    failed = storage_fail_stale(study, {"status": LOST, "message": message})
+    for frozen in failed:
+        retry_once(study, frozen)
+    return [t.number for t in failed]
 
 
 def finished(study: optuna.Study, trial: optuna.Trial) -> bool:
@@ -164,6 +183,7 @@ def abandon_admission(study: optuna.Study, trial: optuna.Trial,
         return
     trial.set_user_attr("gpu_seconds", 0.0)
     trial.set_user_attr("never_launched", True)
+    trial.set_user_attr("status", INTERRUPTED)
     trial.set_user_attr("message", message)
     study.tell(trial, state=TrialState.FAIL)
     retry_once(study, study_storage(study).get_trial(trial_id(trial)))

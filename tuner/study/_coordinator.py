@@ -47,9 +47,9 @@ from tuner.storage import (
 )
 from tuner.study._admission import admit, finished
 from tuner.study._breaker import DEFAULT_LIMIT, CircuitBreaker
-from tuner.study._heartbeat import Heartbeat
+from tuner.study._heartbeat import Heartbeat, HeartbeatLost
 from tuner.study._lifecycle import RunSummary, open_study, retry_once, summarize
-from tuner.study._outcome import Outcome, best_lower_bound, label_budget_stop, launch_gpus, outcome
+from tuner.study._outcome import INTERRUPTED, Outcome, best_lower_bound, label_budget_stop, launch_gpus, outcome
 from tuner.study._preflight import check_runs_dir, needs_preflight, preflight
 
 __all__ = ["RunOptions", "TrialEvent", "run_study", "record_result", "adaptive_bar", "end_unrun"]
@@ -188,11 +188,21 @@ def run_study(spec: StudySpec, options: RunOptions,
                                    stop_below_tokens_per_sec_per_gpu=(
                                        None if trial.user_attrs.get("role") else adaptive_bar(study, spec)))
             t0 = time.monotonic()
+            # beat well inside the grace period other coordinators judge us by; stop the trial
+            # ourselves before they would count it dead (tuner.study's heartbeat)
+            heartbeat = Heartbeat(raw_storage, trial_id(trial), min(HEARTBEAT_INTERVAL_S, grace / 3),
+                                  gpus=launch_gpus(spec), reserved_gpu_seconds=reserved, grace_period_s=grace,
+                                  note=lambda m: emit(TrialEvent(kind="note", message=m, limit_gpu_seconds=limit)))
             try:
-                # beat well inside the grace period other coordinators judge us by
-                with Heartbeat(raw_storage, trial_id(trial), min(HEARTBEAT_INTERVAL_S, grace / 3),
-                               gpus=launch_gpus(spec), reserved_gpu_seconds=reserved):
+                with heartbeat:
                     result = launcher.launch(request)
+            except HeartbeatLost:
+                launched += 1
+                lost = heartbeat.lost or HeartbeatLost("its heartbeat was lost")
+                if not lost.failed_elsewhere:  # FAIL it ourselves, charged, retried once (waits out an outage)
+                    _record_stopped(study, trial, launch_gpus(spec) * (time.monotonic() - t0), lost, heartbeat.failures)
+                emit(event("note", message=f"trial {trial.number} stopped: {lost}"))
+                continue
             except KeyboardInterrupt:
                 gpu_s = spec.cluster.world_size * (time.monotonic() - t0)
                 _record_interrupted(study, trial, gpu_s, "interrupted (Ctrl-C); retried on the next run")
@@ -202,6 +212,8 @@ def run_study(spec: StudySpec, options: RunOptions,
                 _record_interrupted(study, trial, 0.0, f"launcher failed: {exc}")
                 raise
             launched += 1
+            if heartbeat.failures:
+                result = dataclasses.replace(result, extra={**result.extra, "heartbeat_failures": heartbeat.failures})
             result = label_budget_stop(result, reserved_gpu_seconds=reserved, cap_basis_gpu_seconds=cap_basis,
                                        timeout_s=spec.trial.timeout_s)
             _record_spooled(study, trial, result, own_spool)
@@ -227,6 +239,15 @@ def _record_spooled(study: optuna.Study, trial: optuna.Trial, result: TrialResul
         with_retries(lambda: spool.recover_late(study, trial.number, result), what=f"recovering trial {trial.number}")
     if kept is not None:
         kept.unlink(missing_ok=True)
+
+
+def _record_stopped(study: optuna.Study, trial: optuna.Trial, gpu_seconds: float, lost: HeartbeatLost,
+                    heartbeat_failures: int) -> None:
+    """A trial its heartbeat stopped: `interrupted`, charged, retried once, recorded through an
+    outage (with retries); a peer that finds it stale first has failed it `lost` instead."""
+    with_retries(lambda: _record_interrupted(study, trial, gpu_seconds, f"stopped by its coordinator: {lost}; "
+                                             "retried once", heartbeat_failures=heartbeat_failures, quiet=False),
+                 what=f"recording trial {trial.number}")
 
 
 def _running_elsewhere(study: optuna.Study) -> set[int]:
@@ -294,14 +315,26 @@ def _fail(study: optuna.Study, trial: optuna.Trial, *, retry: bool) -> None:
             retry_once(study, study_storage(study).get_trial(trial_id(trial)))
 
 
-def _record_interrupted(study: optuna.Study, trial: optuna.Trial, gpu_seconds: float, message: str) -> None:
-    """The trial did not finish through no fault of its config: FAIL, charged, retried once."""
+def _record_interrupted(study: optuna.Study, trial: optuna.Trial, gpu_seconds: float, message: str, *,
+                        heartbeat_failures: int = 0, quiet: bool = True) -> None:
+    """The trial did not finish through no fault of its config: FAIL with status
+    `interrupted` and ``message``, charged, retried once. Nothing when it is already finished
+    (another coordinator found it stale meanwhile: it is `lost`, and retried). ``quiet``:
+    storage errors are swallowed (the interrupt wins; a stale-trial check cleans up later)."""
     try:
-        trial.set_user_attr("gpu_seconds", gpu_seconds)
-        trial.set_user_attr("message", message)
+        if finished(study, trial):
+            return
+        attrs = {"gpu_seconds": gpu_seconds, "status": INTERRUPTED, "message": message}
+        if heartbeat_failures:
+            attrs["heartbeat_failures"] = heartbeat_failures
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
         _fail(study, trial, retry=True)
-    except Exception:  # noqa: BLE001 - the interrupt wins; a stale-trial check cleans up later
+    except (optuna.exceptions.UpdateFinishedTrialError, ValueError):  # failed elsewhere meanwhile
         pass
+    except Exception:
+        if not quiet:
+            raise
 
 
 def _used(study: optuna.Study, limit: float) -> float:

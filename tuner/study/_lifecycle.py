@@ -27,7 +27,7 @@ from tuner.search import coordinator_seed, make_sampler
 from tuner.spec import StudySpec, baseline_params, spec_fingerprint
 from tuner.stats import ROLE_ATTRS, trial_status
 from tuner.storage import admission_lock, open_storage, redact_url
-from tuner.study._outcome import infrastructure_failure
+from tuner.study._outcome import NO_RESULT, infrastructure_failure
 
 __all__ = ["RunSummary", "StudyConflictError", "open_study", "spec_diff", "retry_once", "enqueue_lost_retries",
            "summarize", "load_existing_study", "study_status"]
@@ -79,11 +79,11 @@ def _launched_retry(attrs: dict[str, Any]) -> bool:
 def _wants_retry(trial: optuna.trial.FrozenTrial) -> bool:
     """Whether a finished trial ended through no fault of its config and earns a retry
     (:func:`retry_once`'s rule): FAIL with no result (found stale, Ctrl-C, an admission cut
-    short) or an infrastructure failure (tuner.study.outcome), not a recovered copy."""
+    short: status `lost` or `interrupted`) or an infrastructure failure (tuner.study.outcome), not a recovered copy."""
     a = trial.user_attrs
     if trial.state != TrialState.FAIL or "recovered_from" in a or _launched_retry(a):
         return False
-    return a.get("status") is None or infrastructure_failure(a)
+    return a.get("status") in NO_RESULT or infrastructure_failure(a)
 
 
 def enqueue_lost_retries(study: optuna.Study, trials: list[optuna.trial.FrozenTrial]) -> list[int]:

@@ -34,7 +34,18 @@ from tuner.measurement import batch_means_ci
 from tuner.spec import StudySpec
 
 __all__ = ["best_lower_bound", "Outcome", "outcome", "infrastructure_failure", "label_budget_stop", "launch_gpus",
-           "STOPPED_BY_BUDGET"]
+           "STOPPED_BY_BUDGET", "LOST", "INTERRUPTED", "NO_RESULT"]
+
+LOST = "lost"
+"""FAIL status of a trial another coordinator found stale: its own stopped beating (died,
+frozen, or cut off from the storage past the grace period). Retried once."""
+INTERRUPTED = "interrupted"
+"""FAIL status of a trial its own coordinator stopped through no fault of its config: Ctrl-C,
+a heartbeat it could not record (before a peer would count it dead), a launcher that broke,
+an admission a storage error cut short. Retried once."""
+NO_RESULT = (None, LOST, INTERRUPTED)
+"""Statuses of a FAIL that holds no result of its config (None: a study written before
+every FAIL carried a status)."""
 
 
 def infrastructure_failure(extra: Mapping[str, Any]) -> bool:
@@ -102,6 +113,9 @@ def outcome(result: TrialResult) -> Outcome:
         attrs["status"] = "stopped_by_budget"
         return Outcome(state="FAIL", value=None, failed=None, steps=result.step_values, attrs=attrs, retry=False)
     if infrastructure_failure(result.extra):
+        # every FAIL says why (docs/contracts.md), also when the launcher gave no message
+        attrs.setdefault("message", f"{result.status}: the infrastructure failed (a node, a preemption, an "
+                                    "allocation that never came), not the config; retried once")
         return Outcome(state="FAIL", value=None, failed=None, steps=result.step_values, attrs=attrs, retry=True)
     value = result.tokens_per_sec_per_gpu
     return Outcome(state="COMPLETE", value=value if value is not None else 0.0,

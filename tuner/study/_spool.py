@@ -44,7 +44,7 @@ from optuna.trial import TrialState
 from tuner.launch import TrialResult
 from tuner.stats import ROLE_ATTRS
 from tuner.storage import trial_id
-from tuner.study._outcome import outcome
+from tuner.study._outcome import LOST, outcome
 
 __all__ = ["Spool", "spool_dir", "pending", "replay", "recover_late"]
 
@@ -71,11 +71,15 @@ class Spool:
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / f"trial-{number:04d}.json"
         tmp = path.with_suffix(".tmp")
-        with open(tmp, "w") as fh:
-            json.dump({"number": number, "result": dataclasses.asdict(result)}, fh, default=str)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "w") as fh:
+                json.dump({"number": number, "result": dataclasses.asdict(result)}, fh, default=str)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except OSError:  # a full disk: no half-written file stays behind
+            tmp.unlink(missing_ok=True)
+            raise
         return path
 
     def close(self) -> None:
@@ -152,11 +156,11 @@ def replay(study: optuna.Study, runs_dir: Path,
 
 def failed_elsewhere(frozen: optuna.trial.FrozenTrial, result: TrialResult) -> bool:
     """Whether a finished trial was failed by another process (found stale), not told this
-    result: FAIL with no status of its own, or FAIL where the result would tell COMPLETE (a
+    result: FAIL with status `lost` (or none, in older studies), or FAIL where the result would tell COMPLETE (a
     stale check that landed between the result's attrs and its tell leaves them set)."""
     if frozen.state != TrialState.FAIL:
         return False
-    return frozen.user_attrs.get("status") is None or outcome(result).state == "COMPLETE"
+    return frozen.user_attrs.get("status") in (None, LOST) or outcome(result).state == "COMPLETE"
 
 
 def recover_late(study: optuna.Study, number: int, result: TrialResult) -> bool:
@@ -178,13 +182,15 @@ def _add_recovered(study: optuna.Study, frozen: optuna.trial.FrozenTrial, result
     attrs = {k: v for k, v in frozen.user_attrs.items() if k in (*ROLE_ATTRS, "retry_of")}
     attrs.update(out.attrs)
     attrs["recovered_from"] = frozen.number
-    steps = dict(out.steps)
+    # plain floats: the sim's numpy floats reach PostgreSQL's driver as `np.float64(...)` text
+    # (tell converts them itself; add_trial does not)
+    steps = {int(k): float(v) for k, v in out.steps}
     if out.state == "FAIL":
         trial = optuna.trial.create_trial(state=TrialState.FAIL, params=frozen.params,
                                           distributions=frozen.distributions, user_attrs=attrs,
                                           intermediate_values=steps)
     else:
-        trial = optuna.trial.create_trial(value=out.value, params=frozen.params, distributions=frozen.distributions,
+        trial = optuna.trial.create_trial(value=float(out.value), params=frozen.params, distributions=frozen.distributions,
                                           user_attrs=attrs, intermediate_values=steps,
                                           constraints={"failed": out.failed})
     study.add_trial(trial)  # the ledger then charges the stale FAIL nothing (tuner.budget)
