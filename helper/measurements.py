@@ -19,7 +19,8 @@ from helper.throughput import StepPlan, plan_step
 __all__ = ["measurement_plan", "config_key", "fit_memory_scale"]
 
 _NOT_CONFIG = {"tokens_per_sec_per_gpu", "trial", "study", "simulated", "startup_seconds",
-               "peak_mem_gib", "ref", "figure", "note", "label", "role", "memory_figure"}
+               "peak_mem_gib", "ref", "figure", "note", "label", "role", "memory_figure", "source",
+               "gpu_label", "memory_capacity_gb"}
 
 
 def config_key(m: dict[str, Any]) -> tuple:

@@ -71,3 +71,18 @@ def test_reduce_dtype_halves_the_reduce_scatter_bytes():
     bf16_s = predict_step_time("7b", 64, stack="fms-fsdp", **kw)["comm_s"]
     fp32_s = predict_step_time("7b", 64, stack=fp32, **kw)["comm_s"]
     assert bf16_s < fp32_s
+
+
+def test_the_workload_states_a_stack_helper_knows_and_hf_sdpa_matches_its_code():
+    from pathlib import Path
+
+    from objectives.trial_config import ATTENTIONS
+    from objectives.trial_config import STACKS as WORKLOAD
+
+    assert set(WORKLOAD) == set(ATTENTIONS) and set(WORKLOAD.values()) <= set(STACKS)
+    root = Path(__file__).resolve().parents[2] / "objectives"
+    parallel, loop = (root / "parallel.py").read_text(), (root / "fsdp_finetune.py").read_text()
+    hf = get_stack("hf-sdpa")
+    assert hf.reduce_dtype_bytes == 4 and "reduce_dtype=torch.float32" in parallel
+    assert hf.accumulation == "no_sync" and "set_requires_gradient_sync(micro == grad_accum - 1)" in loop
+    assert hf.checkpointing == "full" and "checkpoint_wrapper(block)" in parallel
