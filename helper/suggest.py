@@ -274,8 +274,10 @@ def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: 
             "fits." if fits_without_ac else "on: without it not even micro_batch 1 fits."),
         "reduce_scatter_every_micro_step": (
             "n/a: no gradient accumulation." if ga == 1 else
+            f"{every}: the {st.name} stack's own accumulation ({st.accumulation})." if st.accumulation != "no_sync" else
             "True: reduce-scatter every micro-batch; no-sync accumulation would hold "
-            f"{shape.n_params * 4 / 1e9:.0f} GB of unsharded fp32 gradients per GPU." if every else
+            f"{gib(shape.n_params * st.accum_dtype_bytes / 1e9):.0f} GiB of unsharded "
+            f"{'fp32' if st.accum_dtype_bytes == 4 else 'bf16'} gradients per GPU." if every else
             "False: set_requires_gradient_sync(False) until the last micro-batch, one reduce-scatter per step."),
         "num_workers": f"tokenising {t['data_cpu_s'] * 1e3:.0f} ms of CPU work per step over {workers} workers "
                        f"stays under half the {step_s:.2f} s step, so data never stalls.",
@@ -285,7 +287,8 @@ def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: 
         "nccl_proto": f"{proto}: {nccl_note}.",
         "padding": f"{padding}: {eff:.0%} of computed tokens are real with ~{mean_tokens:.0f}-token examples "
                    f"in {seq_len}-token rows.",
-        "sharding": f"{stage}: static state {mem['static']:.1f} GB per GPU of {16 * shape.n_params / 1e9:.0f} GB in all.",
+        "sharding": f"{stage}: static state {gib(mem['static']):.1f} GiB per GPU of {gib(16 * shape.n_params / 1e9):.0f} GiB "
+                    "in all.",
         "checkpoint_interval": f"every {ckpt_steps} steps ({ckpt_steps * step_s / 60:.1f} min): a node failure "
                                f"loses at most {lost_min:.1f} min (limit {max_lost_work_minutes:.0f}): "
                                + " + ".join(f"{k[:-2]} {v / 60:.1f}" for k, v in ckpt["worst_case_parts_s"].items())
