@@ -21,6 +21,7 @@ from helper.memory import SHARDINGS, estimate_memory, normalize_sharding
 from helper.padding import DEFAULT_MEAN_TOKENS_PER_EXAMPLE, estimate_padding_efficiency, padded_rows
 from helper.plan import critical_batch_tokens, plan_training
 from helper.sizes import ModelShape, parse_dataset_size, parse_model_size
+from helper.stacks import DEFAULT_STACK, STACKS, Stack, get_stack
 from helper.suggest import explain, format_breakdown, suggest_config
 from helper.throughput import (
     Prediction,
@@ -40,6 +41,7 @@ __all__ = [
     "CONSTANTS", "SHARDINGS", "DEFAULT_CALIBRATION_PATH", "DEFAULT_MEAN_TOKENS_PER_EXAMPLE",
     "plan_training", "critical_batch_tokens", "checkpoint_plan", "LLAMA3_FAILURES_PER_GPU_HOUR",
     "Layout", "candidate_layouts", "layout_memory", "layout_step_time",
+    "Stack", "STACKS", "DEFAULT_STACK", "get_stack",
 ]
 
 

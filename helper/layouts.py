@@ -34,6 +34,7 @@ from helper.gpus import GpuSpec, get_gpu
 from helper.memory import FRAGMENTATION_ALLOWANCE, activation_memory_gb, estimate_memory, static_memory_gb
 from helper.mesh import Layout
 from helper.sizes import ModelShape, parse_model_size
+from helper.stacks import Stack
 from helper.throughput import compute_seconds, flops_per_token, plan_step
 
 __all__ = ["Layout", "LayoutStepPlan", "layout_speed_ratio", "candidate_layouts", "layout_memory", "layout_step_time",
@@ -90,7 +91,8 @@ def _group(size: int, stride: int, gpus_per_node: int) -> tuple[int, int, int]:
 
 def layout_memory(model_size: float | int | str | ModelShape, layout: Layout, *,
                   gpu: str | GpuSpec = "H100-80GB", micro_batch: int, seq_len: int,
-                  activation_checkpointing: bool, grad_accum: int = 1) -> dict[str, float]:
+                  activation_checkpointing: bool, grad_accum: int = 1,
+                  stack: str | Stack | None = None) -> dict[str, float]:
     """Peak memory per GPU (GB) by part, for the most loaded GPU of ``layout``.
 
     Model states (16 B per parameter) are split over ``dp_shard x tp x pp`` GPUs (TP and PP
@@ -115,13 +117,13 @@ def layout_memory(model_size: float | int | str | ModelShape, layout: Layout, *,
     if t == 1 and p == 1:  # FSDP or HSDP: the memory model's own peak over the shard group
         full = estimate_memory(shape, layout.dp_shard, sharding="zero3", gpu=spec, micro_batch=micro_batch,
                                seq_len=seq_len, activation_checkpointing=activation_checkpointing,
-                               grad_accum=grad_accum, reduce_scatter_every_micro_step=True)
+                               grad_accum=grad_accum, reduce_scatter_every_micro_step=True, stack=stack)
         return {k: full[k] for k in ("weights", "gradients", "optimizer", "static", "activations",
                                      "gathered_params", "overhead", "total")}
     static = static_memory_gb(shape.n_params, layout.dp_shard * t * p, "zero3")
     act = activation_memory_gb(shape, micro_batch=micro_batch, seq_len=seq_len,
                                activation_checkpointing=activation_checkpointing,
-                               dtype_bytes=spec.compute_dtype_bytes)
+                               dtype_bytes=spec.compute_dtype_bytes, stack=stack)
     one_block = act["backward"] - (act["blocks"] if activation_checkpointing else 0.0)  # a block's full set
     recompute = one_block if activation_checkpointing else 0.0
     kept_per_stage = act["blocks"] / p
@@ -169,7 +171,7 @@ def layout_step_time(model_size: float | int | str | ModelShape, layout: Layout,
                      constants: dict[str, float], gpu: str | GpuSpec = "H100-80GB", gpus_per_node: int = 8,
                      micro_batch: int, seq_len: int, activation_checkpointing: bool,
                      grad_accum: int = 1, reshard_after_forward: bool = True,
-                     defer_all_reduce: bool = True) -> dict[str, float]:
+                     defer_all_reduce: bool = True, stack: str | Stack | None = None) -> dict[str, float]:
     """Seconds per optimizer step by part, tokens/s/GPU and MFU for ``layout``.
 
     ``micro_batch`` is rows per data-parallel rank (a TP group shares its rows); ``constants``
@@ -197,7 +199,7 @@ def layout_step_time(model_size: float | int | str | ModelShape, layout: Layout,
     # the efficiency of their narrower width (helper.compute.compute_seconds).
     plan = plan_step(shape, layout.gpu_count, gpu=spec, gpus_per_node=gpus_per_node, seq_len=seq_len,
                      micro_batch=micro_batch, activation_checkpointing=activation_checkpointing,
-                     grad_accum=ga, reshard_after_forward=reshard_after_forward)
+                     grad_accum=ga, reshard_after_forward=reshard_after_forward, stack=stack)
     matmul_s, attention_s = compute_seconds(plan, c, tp=t)
     compute_s = (matmul_s + attention_s) / (t * p)
 

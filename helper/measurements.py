@@ -19,7 +19,8 @@ from helper.throughput import StepPlan, plan_step
 __all__ = ["measurement_plan", "config_key", "fit_memory_scale"]
 
 _NOT_CONFIG = {"tokens_per_sec_per_gpu", "trial", "study", "simulated", "startup_seconds",
-               "peak_mem_gib", "ref", "figure", "note", "label", "role", "memory_figure"}
+               "peak_mem_gib", "ref", "figure", "note", "label", "role", "memory_figure", "source",
+               "gpu_label", "memory_capacity_gb"}
 
 
 def config_key(m: dict[str, Any]) -> tuple:
@@ -35,7 +36,9 @@ def measurement_plan(m: dict[str, Any]) -> tuple[StepPlan, str | None]:
     ``activation_checkpointing`` (False), ``nccl_algo``/``nccl_proto`` (default),
     ``num_workers`` (0, PyTorch's default), ``prefetch_factor``, ``sharding`` (zero3),
     ``reshard_after_forward`` (True), ``padding_efficiency`` or ``padding`` (packed / none =
-    1.0), ``examples_per_sequence`` (1.0); the target ``tokens_per_sec_per_gpu``.
+    1.0), ``examples_per_sequence`` (1.0), ``stack`` (a helper.stacks preset or Stack; None:
+    the shape's default), ``attention``, ``reduce_dtype_bytes`` and
+    ``reduce_scatter_every_micro_step`` (None: the stack's); the target ``tokens_per_sec_per_gpu``.
     ``fit_calibration`` also reads ``layout`` (``{"dp_shard", "dp_replicate", "tp"}``) for an
     HSDP/TP trial: predicted as FSDP x :func:`helper.layouts.layout_speed_ratio`.
     """
@@ -57,14 +60,14 @@ def measurement_plan(m: dict[str, Any]) -> tuple[StepPlan, str | None]:
         parse_model_size(model), n, gpu=m["gpu"], seq_len=int(m.get("seq_len", 2048)),
         micro_batch=int(m.get("micro_batch", 1)), grad_accum=int(m.get("grad_accum", 1)),
         activation_checkpointing=m.get("activation_checkpointing", False),
-        attention=str(m.get("attention", "sdpa")),
+        attention=m.get("attention"), stack=m.get("stack"), reduce_dtype_bytes=m.get("reduce_dtype_bytes"),
         gpus_per_node=int(m.get("gpus_per_node") or min(8, n)),
         nccl_algo=m.get("nccl_algo", "default"), nccl_proto=m.get("nccl_proto", "default"),
         num_workers=int(m.get("num_workers", 0)), prefetch_factor=m.get("prefetch_factor"),
         sharding=m.get("sharding", "zero3"), padding_efficiency=float(pad_eff),
         examples_per_sequence=float(m.get("examples_per_sequence", 1.0)),
         reshard_after_forward=bool(m.get("reshard_after_forward", True)),
-        reduce_scatter_every_micro_step=bool(m.get("reduce_scatter_every_micro_step", False)))
+        reduce_scatter_every_micro_step=m.get("reduce_scatter_every_micro_step"))
     return plan, pad_key
 
 
@@ -88,7 +91,8 @@ def fit_memory_scale(measurements: list[dict[str, Any]]) -> dict[str, dict[str, 
             continue
         mem = estimate_memory(plan.shape, plan.gpu_count, sharding=plan.sharding, micro_batch=plan.micro_batch,
                               seq_len=plan.seq_len, activation_checkpointing=plan.checkpointing,
-                              grad_accum=plan.grad_accum, gpu=plan.gpu, attention=plan.attention,
+                              grad_accum=plan.grad_accum, gpu=plan.gpu, attention=plan.attention, stack=plan.stack,
+                              reduce_scatter_every_micro_step=plan.reduce_scatter_every_micro_step,
                               reshard_after_forward=bool(m.get("reshard_after_forward", True)))
         measured_gb = float(peak) * 2**30 / 1e9
         dynamic = mem["activations"] + mem["gathered_params"] + mem["grad_accum_buffer"]

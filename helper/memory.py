@@ -10,14 +10,23 @@ same 16 B per parameter, all sharded.
 Activations follow Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
 Transformer Models" (arXiv 2205.05198), Sec. 4.1: count the bytes every op saves for
 backward, per token and layer. Their GPT block gives s*b*h*(34 + 5*a*s/h); the 5as/h term is
-the materialised attention matrix, which SDPA/FlashAttention never stores. We apply the same
-bookkeeping to the Hugging Face Llama block (see :func:`activation_bytes_per_token_per_layer`).
+the materialised attention matrix, which SDPA/FlashAttention never stores. The count is per
+training stack (:mod:`helper.activations`, :mod:`helper.stacks`): the Hugging Face Llama block
+of tuner's workload keeps 49.5 h bytes per token and layer, a fused MPT block 34 h.
 """
 
 from __future__ import annotations
 
+from helper.activations import (
+    CHECKPOINTING,
+    activation_bytes_per_token_per_layer,
+    activation_memory_gb,
+    effective_attention,
+    normalize_checkpointing,
+)
 from helper.gpus import GpuSpec, get_gpu
 from helper.sizes import ModelShape, parse_model_size
+from helper.stacks import Stack, resolve_stack
 
 __all__ = ["SHARDINGS", "CHECKPOINTING", "normalize_sharding", "normalize_checkpointing",
            "estimate_memory", "static_memory_gb", "activation_bytes_per_token_per_layer",
@@ -36,17 +45,6 @@ FRAGMENTATION_ALLOWANCE = 0.05
 blocks, accumulation buffers) for the caching allocator's fragmentation: an allowance, not a
 measurement. 5 % (was 10 %): with 10 %, 16 MosaicML MPT configurations that ran in 40/80 GB
 were predicted out of memory (issue 13, bench/validate_model.py memory table)."""
-
-# Bytes per logit live at the loss's peak, bf16 compute: the bf16 logits (2), the fp32
-# log-softmax cross_entropy saves (4), and in backward its fp32 gradient (4) and the bf16
-# gradient of the logits (2); the HF loss's fp32 upcast copy (4) is freed once the forward
-# returns. 12 B: the FSDP2 tracker on the trial's model shows 12.6 (docs/validation.md).
-_LOGIT_BYTES_BF16 = 12.0
-_LOGIT_BYTES_FP32 = 12.0
-# MPT (llm-foundry) uses flash-attn's fused cross-entropy (modeling_mpt.py, loss_fn
-# 'fused_crossentropy'): it keeps the bf16 logits and writes a bf16 gradient (2 + 2).
-_LOGIT_BYTES_FUSED = 4.0
-
 
 def normalize_sharding(sharding: str) -> str:
     """``fsdp`` -> ``zero3`` (and FSDP1's names); ValueError for anything unknown.
@@ -82,140 +80,14 @@ def static_memory_gb(n_params: float, gpu_count: int, sharding: str) -> dict[str
             for k, b in BYTES_PER_PARAM.items()}
 
 
-CHECKPOINTING = ("none", "selective", "selective_op", "full")
-"""``selective`` is Korthikanti et al.'s (keep the matmul outputs, recompute the attention core);
-``selective_op`` is torchtitan's op-level policy (``mode = "selective"``, ``selective_ac_option =
-"op"``): inside each block it saves the outputs of SDPA and of every other matmul and recomputes
-the rest, so the 2nd, 4th and 6th matmuls (k, o and the MLP's up projection) run again in
-backward (torchtitan parallelize_llama.py ``_custom_policy``: "Saves output of all compute ops,
-except every second mm", at 0413364 and 9dec370)."""
-
-
-def normalize_checkpointing(activation_checkpointing: bool | str | None) -> str:
-    """``False``/``"none"`` -> ``none``, ``True``/``"full"`` -> ``full``, ``"selective"``.
-
-    Example:
-        >>> normalize_checkpointing(True), normalize_checkpointing("Selective")
-        ('full', 'selective')
-    """
-    if activation_checkpointing is None or isinstance(activation_checkpointing, bool):
-        return "full" if activation_checkpointing else "none"
-    key = str(activation_checkpointing).strip().lower()
-    key = {"true": "full", "false": "none", "off": "none", "on": "full"}.get(key, key)
-    if key not in CHECKPOINTING:
-        raise ValueError(f"unknown activation_checkpointing {activation_checkpointing!r}; "
-                         f"one of {', '.join(CHECKPOINTING)} (or a bool)")
-    return key
-
-
-def activation_bytes_per_token_per_layer(shape: ModelShape, *, dtype_bytes: int = 2,
-                                         checkpointing: str = "none", attention: str = "sdpa",
-                                         seq_len: int = 2048) -> float:
-    """Bytes one block saves for backward, per token (Korthikanti et al. 2022, Sec. 4.1).
-
-    What the Hugging Face Llama block keeps (p = dtype bytes, h hidden, kv = kv heads x
-    head_dim, i = MLP width, a = heads):
-
-    - two RMSNorms: the fp32 upcast input (4h each), the normalised bf16 value the weight
-      multiplies (p h) and the output (p h, the input of q/k/v and of gate/up);
-    - attention: q, k, v as SDPA saves them, at all heads (``repeat_kv`` expands k and v, so
-      grouped-query attention saves as much as multi-head: 3 p h), the SDPA output and its
-      contiguous copy into o_proj (2 p h), one more p h the tracker counts per block that we
-      do not attribute, and the fp32 log-sum-exp (4 a); RoPE multiplies by constant cos/sin
-      and saves nothing large; no s x s matrix with SDPA / FlashAttention;
-    - SwiGLU MLP: gate, up, silu(gate) and their product (4 p i).
-
-    With a fused RMSNorm (torchtitan's ``fused_rmsnorm``: ``arch.fused_norm``) each norm keeps
-    its bf16 input instead of the fp32 upcast and the normalised copy: 4 h bytes less per
-    norm.
-
-    That is 49.5 h bytes for Llama-2-7B (41.5 h with the fused norm). PyTorch's FSDP2 memory tracker on the real HF model
-    measures 50.0 h per layer for a multi-head h = 1024 block and the same bytes with 4x
-    fewer kv heads (docs/validation.md, memory section), which this count follows. MPT (llm-foundry) keeps less:
-    bf16 LayerNorms (input, output: 2 p h each), fused Wqkv output (3 p h), the flash output
-    and its o_proj input (2 p h), GELU input and output (2 p 4h): 17 p h = 34 h bytes, which is
-    Korthikanti's 34 s b h (their dropout masks out, no s x s term).
-
-    ``attention="eager"`` adds the materialised scores HF's eager path keeps: the fp32
-    softmax output and its bf16 copy, (4 + p) a s bytes per token (Korthikanti's 5 a s / h
-    term in bf16). ``checkpointing="selective"`` keeps only the matmul outputs and the block
-    input (Korthikanti Sec. 4.3: recompute the attention core and pointwise ops); ``full``
-    is handled by :func:`activation_memory_gb`.
-
-    Example:
-        >>> from helper.sizes import parse_model_size
-        >>> round(activation_bytes_per_token_per_layer(parse_model_size("llama-2-7b")) / 4096, 1)
-        49.5
-        >>> round(activation_bytes_per_token_per_layer(parse_model_size("mpt-7b")) / 4096, 1)
-        34.0
-    """
-    a = shape.arch
-    p = float(dtype_bytes)
-    h, i = float(a.hidden), float(a.intermediate)
-    kv = float(a.n_kv_heads * a.head_dim)
-    scores = (4.0 + p) * a.n_heads * float(seq_len) if attention == "eager" else 0.0
-    if checkpointing == "selective_op":  # block input, q, v, SDPA out (+ lse), MLP gate, down out
-        if a.family == "mpt":
-            raise ValueError("selective_op is torchtitan's Llama policy; MPT has no such mode")
-        return p * (h + h + kv + h + i + h) + 4 * a.n_heads
-    if checkpointing == "selective":  # block input, q/k/v, o_proj out, MLP up (and gate), down out
-        mlp_outs = 2 * i if a.family == "llama" else i
-        return p * (h + (h + 2 * kv) + h + mlp_outs + h)
-    if a.family == "mpt":
-        return p * (2 * h + 2 * h + (h + 2 * kv) + 2 * h + 2 * i) + 4 * a.n_heads + scores
-    # Per RMSNorm: HF keeps the fp32 upcast input (4h) and the normalised bf16 value the weight
-    # multiplies (p h); a fused kernel (``arch.fused_norm``) keeps only its bf16 input (p h).
-    # Both keep the output the next matmuls save (p h).
-    norms = 2 * ((p * h if a.fused_norm else 4 * h + p * h) + p * h)
-    attention_b = 3 * p * h + 2 * p * h + p * h + 4 * a.n_heads
-    mlp = 4 * p * i
-    return norms + attention_b + mlp + scores
-
-
-def activation_memory_gb(shape: ModelShape, *, micro_batch: int, seq_len: int,
-                         activation_checkpointing: bool | str, dtype_bytes: int = 2,
-                         attention: str = "sdpa") -> dict[str, float]:
-    """Activation memory of one micro-batch, GB: ``blocks``, ``logits``, ``total``.
-
-    Without checkpointing every block keeps its activations and the loss's logits come on
-    top (the peak is at the loss). With full (per-block) checkpointing each block keeps only
-    its bf16 input (Korthikanti et al. 2022, Sec. 4.2: 2 s b h L) and the peak is the larger
-    of the loss's logits and one block recomputed in backward, not their sum: PyTorch's
-    FSDP2 memory tracker on the trial's model puts the peak at the loss, with the logits but
-    no recomputed block (docs/validation.md). Selective checkpointing keeps the matmul outputs
-    of every block (see :func:`activation_bytes_per_token_per_layer`).
-    """
-    mode = normalize_checkpointing(activation_checkpointing)
-    tokens = float(micro_batch) * float(seq_len)
-    per_layer = activation_bytes_per_token_per_layer(shape, dtype_bytes=dtype_bytes, attention=attention,
-                                                     seq_len=seq_len)
-    layers = shape.arch.n_layers
-    logit_bytes = _LOGIT_BYTES_BF16 if dtype_bytes == 2 else _LOGIT_BYTES_FP32
-    if shape.arch.family == "mpt":
-        logit_bytes = _LOGIT_BYTES_FUSED
-    logits = tokens * shape.arch.vocab * logit_bytes
-    if mode == "full":
-        kept = tokens * layers * dtype_bytes * shape.arch.hidden
-        transient = max(logits, tokens * per_layer)
-    elif mode in ("selective", "selective_op"):
-        kept_per_layer = activation_bytes_per_token_per_layer(shape, dtype_bytes=dtype_bytes,
-                                                              checkpointing=mode)
-        kept = tokens * layers * kept_per_layer
-        transient = max(logits, tokens * (per_layer - kept_per_layer))
-    else:
-        kept, transient = tokens * layers * per_layer, logits
-    backward = (kept if mode != "none" else 0.0) + tokens * per_layer  # one block's backward live
-    return {"blocks": kept / GB, "logits": logits / GB, "total": (kept + transient) / GB,
-            "backward": backward / GB}
-
-
 def estimate_memory(model_size: float | int | str | ModelShape, gpu_count: int = 1, *,
                     sharding: str = "zero3", micro_batch: int | None = None,
                     seq_len: int | None = None, activation_checkpointing: bool | str = False,
                     grad_accum: int = 1, reshard_after_forward: bool = True,
-                    reduce_scatter_every_micro_step: bool = False, reduce_dtype_bytes: int = 4,
-                    gpu: str | GpuSpec = "H100-80GB", attention: str = "sdpa",
-                    method: str = "analytic", memory_scale: float = 1.0) -> dict[str, float]:
+                    reduce_scatter_every_micro_step: bool | None = None, reduce_dtype_bytes: int | None = None,
+                    gpu: str | GpuSpec = "H100-80GB", attention: str | None = None,
+                    method: str = "analytic", memory_scale: float = 1.0,
+                    stack: str | Stack | None = None) -> dict[str, float]:
     """Peak memory per GPU, GB (1e9 bytes), by part.
 
     Args:
@@ -225,20 +97,23 @@ def estimate_memory(model_size: float | int | str | ModelShape, gpu_count: int =
         micro_batch: sequences per GPU per forward; activations are 0 unless it and
             ``seq_len`` are given.
         seq_len: tokens per sequence.
-        activation_checkpointing: ``False``/``"none"``, ``True``/``"full"`` (per-block
-            recomputation), ``"selective"`` (keep matmul outputs, recompute the rest) or
-            ``"selective_op"`` (torchtitan's op-level policy; see ``CHECKPOINTING``).
+        activation_checkpointing: ``False``/``"none"``, ``True`` (the stack's policy),
+            ``"full"`` (per-block recomputation), ``"selective"`` (keep matmul outputs,
+            recompute the rest) or ``"selective_op"`` (torchtitan's op-level policy; see
+            ``CHECKPOINTING``).
         grad_accum: micro-batches per optimizer step.
         reshard_after_forward: FSDP2's option (zero3 only): False keeps every block's
             gathered weights from forward to backward (no backward all-gather).
-        reduce_scatter_every_micro_step: False (the default) models gradient accumulation
-            with ``set_requires_gradient_sync(False)`` on all but the last micro-batch: FSDP2
-            then keeps unsharded gradients in the reduce dtype until the last one (PyTorch
-            PR #126166). True reduce-scatters every micro-batch and keeps only shards.
-        reduce_dtype_bytes: bytes of the gradient reduction dtype (fp32 = 4, torchtitan's
-            default; the accumulation buffer uses it).
+        reduce_scatter_every_micro_step: None: the stack's accumulation. False models
+            gradient accumulation with ``set_requires_gradient_sync(False)`` on all but the
+            last micro-batch: FSDP2 then keeps unsharded gradients in the reduce dtype until
+            the last one (PyTorch PR #126166). True reduce-scatters every micro-batch and keeps
+            only shards.
+        reduce_dtype_bytes: bytes of the gradient reduction dtype (None: the stack's; fp32 =
+            4 for hf-sdpa and torchtitan; FSDP2's accumulation buffer uses it).
         gpu: GPU name (sets the fixed framework overhead and the compute dtype).
-        attention: ``sdpa`` (flash / memory-efficient: no s x s scores kept) or ``eager``.
+        attention: None (the stack's kernel), ``sdpa``/``flash`` (the stack's fused kernel:
+            no s x s scores kept) or ``eager`` (materialised scores).
         method: ``analytic`` (the formulas here) or ``trace``: run PyTorch's FSDP2 memory
             tracker on fake tensors over the trial's real model (needs torch and
             transformers; zero2/zero3 only; see :mod:`helper.memory_trace`). Both add the same
@@ -246,6 +121,9 @@ def estimate_memory(model_size: float | int | str | ModelShape, gpu_count: int =
         memory_scale: calibrated correction on the per-step memory (activations, gathered
             blocks, buffers), ``memory_scale`` of a calibration (``tuner distill`` fits it
             from trials' ``peak_mem_gib``); 1.0 = uncorrected.
+        stack: a :mod:`helper.stacks` preset name or ``Stack`` (None: ``hf-sdpa`` for
+            Llama shapes, ``llm-foundry`` for MPT): attention kernel, fused norm / MLP /
+            loss, what ``True`` checkpoints, reduce dtype and accumulation semantics.
 
     Returns:
         ``weights``, ``gradients``, ``optimizer``, ``static`` (their sum), ``activations``,
@@ -264,13 +142,18 @@ def estimate_memory(model_size: float | int | str | ModelShape, gpu_count: int =
     stage = normalize_sharding(sharding)
     if grad_accum < 1:
         raise ValueError(f"grad_accum must be >= 1, got {grad_accum}")
-    mode = normalize_checkpointing(activation_checkpointing)
-    if attention not in ("sdpa", "eager"):
-        raise ValueError(f"attention must be sdpa or eager, got {attention!r}")
+    st = resolve_stack(stack, shape)
+    mode = normalize_checkpointing(activation_checkpointing, st)
+    kernel = effective_attention(st, attention)
+    if reduce_scatter_every_micro_step is None:
+        reduce_scatter_every_micro_step = st.accumulation == "reduce_scatter"
+    accum_bytes = reduce_dtype_bytes or st.accum_dtype_bytes  # FSDP2 accumulates in the reduce dtype
+    reduce_dtype_bytes = reduce_dtype_bytes or st.reduce_dtype_bytes
+    persistent = st.accumulation == "persistent"
     if method == "trace":
         return _traced(shape, gpu_count, stage=stage, micro_batch=micro_batch, seq_len=seq_len,
                        mode=mode, grad_accum=grad_accum, reshard_after_forward=reshard_after_forward,
-                       attention=attention, spec=spec)
+                       attention="eager" if kernel == "eager" else "sdpa", spec=spec)
     if method != "analytic":
         raise ValueError(f"method must be analytic or trace, got {method!r}")
     static = static_memory_gb(shape.n_params, gpu_count, stage)
@@ -281,7 +164,7 @@ def estimate_memory(model_size: float | int | str | ModelShape, gpu_count: int =
         if micro_batch < 1 or seq_len < 1:
             raise ValueError(f"micro_batch and seq_len must be >= 1, got {micro_batch}, {seq_len}")
         act = activation_memory_gb(shape, micro_batch=micro_batch, seq_len=seq_len,
-                                   activation_checkpointing=mode, dtype_bytes=p, attention=attention)
+                                   activation_checkpointing=mode, dtype_bytes=p, attention=kernel, stack=st)
         activations, activations_bwd = act["total"], act["backward"]
 
     # Transient unsharded parameters/gradients (FSDP2 all-gathers per block).
@@ -299,15 +182,18 @@ def estimate_memory(model_size: float | int | str | ModelShape, gpu_count: int =
         gathered /= GB
 
     accum = 0.0
-    if grad_accum > 1 and not reduce_scatter_every_micro_step and stage in ("zero2", "zero3") \
+    if persistent:  # Megatron's main_grad: the one, unsharded home of the gradients, always there
+        accum = shape.n_params * accum_bytes / GB
+        static = {**static, "gradients": 0.0}
+    elif grad_accum > 1 and not reduce_scatter_every_micro_step and stage in ("zero2", "zero3") \
             and gpu_count > 1:
-        accum = shape.n_params * reduce_dtype_bytes / GB
+        accum = shape.n_params * accum_bytes / GB
 
     # Under accumulation the gradients of the earlier micro-batches are live at every later
     # micro-batch's loss: sharded ones when FSDP2 reduce-scatters every micro-batch, the full
     # ones under DDP / zero1. Only FSDP2's no-sync accumulation keeps no sharded gradient until
     # the last micro-batch (its unsharded buffer is ``accum`` above).
-    grads_live = grad_accum > 1 and (reduce_scatter_every_micro_step or stage in ("ddp", "zero1"))
+    grads_live = persistent or (grad_accum > 1 and (reduce_scatter_every_micro_step or stage in ("ddp", "zero1")))
     if activations > 0 and grads_live:
         activations = max(activations, activations_bwd)
     elif activations > 0:

@@ -30,6 +30,7 @@ from helper.gpus import get_gpu, gib
 from helper.layouts import Layout, candidate_layouts, layout_memory, layout_step_time
 from helper.plan_reasons import layout_sentence, why_loses
 from helper.sizes import parse_model_size
+from helper.stacks import resolve_stack
 from helper.throughput import estimate_startup_seconds
 
 __all__ = ["plan_training", "critical_batch_tokens", "dataset_global_batch", "node_split", "MIN_STEPS",
@@ -83,7 +84,7 @@ def _splits(n: int, g: int) -> bool:
 
 
 def _evaluate(shape, layout: Layout, *, spec, gpn, seq_len, usable_gb, global_batch, constants,
-              max_micro_batch) -> dict[str, Any]:
+              max_micro_batch, stack=None) -> dict[str, Any]:
     """The fastest (micro-batch, accumulation, checkpointing) of ``layout`` at ``global_batch`` sequences.
 
     Every micro-batch that fits and reaches the batch within its tolerance is timed, not only the
@@ -96,13 +97,13 @@ def _evaluate(shape, layout: Layout, *, spec, gpn, seq_len, usable_gb, global_ba
             if abs(mb * ga * layout.dp - global_batch) > BATCH_TOLERANCE * global_batch:
                 continue
             mem = layout_memory(shape, layout, gpu=spec, micro_batch=mb, seq_len=seq_len, activation_checkpointing=ac,
-                                grad_accum=ga)
+                                grad_accum=ga, stack=stack)
             if smallest is None or mem["total"] < smallest[0]["total"]:
                 smallest = (mem, mb, ga, ac)
             if mem["total"] > usable_gb:
                 continue
             t = layout_step_time(shape, layout, constants=constants, gpu=spec, gpus_per_node=gpn, micro_batch=mb,
-                                 seq_len=seq_len, activation_checkpointing=ac, grad_accum=ga)
+                                 seq_len=seq_len, activation_checkpointing=ac, grad_accum=ga, stack=stack)
             if best is None or t["tokens_per_sec_per_gpu"] > best["time"]["tokens_per_sec_per_gpu"] * 1.0001:
                 best = {"micro_batch": mb, "grad_accum": ga, "activation_checkpointing": ac, "memory": mem, "time": t}
     if best is None:
@@ -139,7 +140,7 @@ def plan_training(model_size: float | int | str, gpu_count: int, *, tokens: floa
                   calibration: dict[str, Any] | str | Path | None = None, memory_headroom: float = 0.10,
                   max_lost_work_minutes: float = 30.0, max_micro_batch: int = 64, spare_nodes: int | None = None,
                   slurmd_timeout_s: float = SLURMD_TIMEOUT_S,
-                  requeue_wait_s: float = REQUEUE_WAIT_S) -> dict[str, Any]:
+                  requeue_wait_s: float = REQUEUE_WAIT_S, stack: str | None = None) -> dict[str, Any]:
     """A training plan: every applicable layout compared, one chosen, with batch and checkpoints.
 
     Args:
@@ -163,6 +164,8 @@ def plan_training(model_size: float | int | str, gpu_count: int, *, tokens: floa
         spare_nodes: idle nodes held for a relaunch (None: one from 8 nodes up).
         slurmd_timeout_s: the cluster's ``SlurmdTimeout`` (how long a dead node goes unnoticed).
         requeue_wait_s: wait for a node after a requeue, without a spare.
+        stack: the training stack (a :mod:`helper.stacks` preset; None: ``hf-sdpa`` for Llama
+            shapes): what checkpointing keeps, the attention kernel, accumulation.
 
     Returns:
         A dict: ``inputs``, ``layouts`` (one row per layout: ``memory_gib`` by part, fits,
@@ -207,7 +210,8 @@ def plan_training(model_size: float | int | str, gpu_count: int, *, tokens: floa
     rows = []
     for layout in layouts:
         ev = _evaluate(shape, layout, spec=spec, gpn=gpn, seq_len=seq_len, usable_gb=usable_gb,
-                       global_batch=global_batch, constants=constants, max_micro_batch=max_micro_batch)
+                       global_batch=global_batch, constants=constants, max_micro_batch=max_micro_batch,
+                       stack=stack)
         realized = ev["micro_batch"] * ev["grad_accum"] * layout.dp
         row: dict[str, Any] = {
             "layout": layout.name, "description": layout_sentence(layout),
@@ -271,7 +275,8 @@ def plan_training(model_size: float | int | str, gpu_count: int, *, tokens: floa
                    "nodes": nodes, "inter_node_gbps": spec.net_gbs_per_gpu * 8, "seq_len": seq_len, "tokens": tokens,
                    "storage_write_gbs_per_node": storage_write_gbs_per_node,
                    "failures_per_gpu_hour": failures_per_gpu_hour, "cost_per_gpu_hour": cost_per_gpu_hour,
-                   "memory_capacity_gib": spec.memory_gib, "memory_headroom": memory_headroom},
+                   "memory_capacity_gib": spec.memory_gib, "memory_headroom": memory_headroom,
+                   "stack": resolve_stack(stack, shape).name},
         "batch_guidance": {"critical_batch_tokens": crit, "target_tokens": target,
                            "global_batch": global_batch, "global_batch_tokens": gb_tokens, "steps": steps,
                            "target_source": "team target" if global_batch_tokens else

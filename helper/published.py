@@ -7,7 +7,9 @@ Every row is a figure someone published, with its URL and the table or sentence 
 ``role="reference"`` rows are end-to-end figures (failures, evaluation and checkpointing
 included) shown for context. Fields are measurement dicts for ``fit_calibration`` plus
 ``ref``/``figure``/``note`` (and ``peak_mem_gib``/``memory_figure`` where the source
-publishes a peak, ``memory_capacity_gb`` where its GPU's memory differs from helper's GPU).
+publishes a peak, ``memory_capacity_gb`` where its GPU's memory differs from helper's GPU),
+``stack`` (the :mod:`helper.stacks` preset the publisher ran) and ``source`` (one published
+table: the unit ``bench/validate_model.py`` leaves out of a fit to score it).
 Data loading is pre-tokenised in all of them (``num_workers=8``,
 ``data_cost_s_per_example`` negligible); ``gpus_per_node=8`` (DGX/HGX nodes).
 """
@@ -72,8 +74,9 @@ def _mosaic_row(table: str, model: str, seq: int, gpus: int, mb: int, ga: int, a
             "model_size": shape, "gpu": gpu, "gpu_count": gpus, "gpus_per_node": 8,
             "seq_len": seq, "micro_batch": mb, "grad_accum": ga, "activation_checkpointing": ac,
             "num_workers": 8, "sharding": sharding, "reshard_after_forward": sharding == "zero3",
-            # Composer's FSDP (1) reduce-scatters every micro-batch: no unsharded accumulation.
-            "reduce_scatter_every_micro_step": True,
+            # Composer's FSDP (1) reduce-scatters every micro-batch (the llm-foundry stack's
+            # accumulation), in bf16 (mixed_precision PURE): no unsharded accumulation buffer.
+            "stack": "llm-foundry", "source": f"llm-foundry {heading}",
             "tokens_per_sec_per_gpu": float(tps)}
 
 
@@ -91,6 +94,7 @@ PUBLISHED: list[dict] = [
              "inside the footnote's 835-989 range; 2.4 TB/s HBM); torchtitan 9dec370's llama3_8b.toml "
              "uses the unfused rmsnorm (HF-like memory); selective AC is its op policy (the toml's "
              "selective_ac_option 'op'): helper's selective_op",
+     "stack": "torchtitan", "source": "torchtitan llama3_h100_202412",
      "preset": "llama-3-8b", "gpu": GRAND_TETON_H100, "gpu_label": "H100-96GB (500 W)", "gpu_count": 8,
      "gpus_per_node": 8,
      "seq_len": 8192, "micro_batch": 2, "grad_accum": 1, "activation_checkpointing": "selective_op",
@@ -100,6 +104,7 @@ PUBLISHED: list[dict] = [
     {"role": "validation", "ref": TORCHTITAN_H100, "label": "Llama 3.1 8B (torchtitan)",
      "figure": "Table 3, 1D FSDP, Llama 3.1 8B, 128 GPUs, local batch 2, selective AC: FSDP 5,605 TPS/GPU",
      "note": "as above (500 W H100 modelled as GRAND_TETON_H100, op-level selective AC)",
+     "stack": "torchtitan", "source": "torchtitan llama3_h100_202412",
      "preset": "llama-3-8b", "gpu": GRAND_TETON_H100, "gpu_label": "H100-96GB (500 W)", "gpu_count": 128,
      "gpus_per_node": 8,
      "seq_len": 8192, "micro_batch": 2, "grad_accum": 1, "activation_checkpointing": "selective_op",
@@ -111,18 +116,21 @@ PUBLISHED: list[dict] = [
      "note": "the table's selective op row (llama3_8b.toml at 0413364: selective_ac_option 'op', seq_len "
              "8192, fused_rmsnorm); until issue 13's follow-up this row was the table's selective layer "
              "figure (2904), whose every-n-layer period the source does not give",
+     "stack": "torchtitan", "source": "torchtitan performance.md (A100)",
      "model_size": _titan_2404("llama-3-8b"), "gpu": "A100-80GB", "gpu_count": 64, "gpus_per_node": 8,
      "seq_len": 8192, "micro_batch": 1, "grad_accum": 1, "activation_checkpointing": "selective_op",
      "num_workers": 8, "tokens_per_sec_per_gpu": 2973},
     {"role": "validation", "ref": TORCHTITAN, "label": "Llama 3 70B (torchtitan)",
      "figure": "Llama 3 performance numbers, FSDP2 on 64 A100 (80GB): 70B, batch 1, full AC: 331 WPS",
      "note": "llama3_70b.toml at 0413364: seq_len 8192, rmsnorm (unfused), mode 'full'",
+     "stack": "torchtitan", "source": "torchtitan performance.md (A100)",
      "model_size": LLAMA3_70B, "gpu": "A100-80GB", "gpu_count": 64, "gpus_per_node": 8,
-     "seq_len": 8192, "micro_batch": 1, "grad_accum": 1, "activation_checkpointing": True,
+     "seq_len": 8192, "micro_batch": 1, "grad_accum": 1, "activation_checkpointing": "full",
      "num_workers": 8, "tokens_per_sec_per_gpu": 331},
     {"role": "validation", "ref": TORCHTITAN, "label": "Llama 2 13B (torchtitan)",
      "figure": "Llama 2 performance numbers, FSDP2 on 64 A100 (80GB): 13B, batch 2, selective op AC: 1904 WPS",
      "note": "llama2_13b.toml at 0413364: seq_len 4096, fused_rmsnorm, selective_ac_option 'op'",
+     "stack": "torchtitan", "source": "torchtitan performance.md (A100)",
      "model_size": _titan_2404("llama-2-13b"), "gpu": "A100-80GB", "gpu_count": 64, "gpus_per_node": 8,
      "seq_len": 4096, "micro_batch": 2, "grad_accum": 1, "activation_checkpointing": "selective_op",
      "num_workers": 8, "tokens_per_sec_per_gpu": 1904},
@@ -130,19 +138,22 @@ PUBLISHED: list[dict] = [
      "figure": "Llama 2 performance numbers, FSDP2 on 64 A100 (80GB): 70B, batch 1, selective op AC: 355 WPS",
      "note": "llama2_70b.toml at 0413364: seq_len 4096, rmsnorm (unfused); batch 2 with selective AC "
              "ran out of memory (the table's footnote 1)",
+     "stack": "torchtitan", "source": "torchtitan performance.md (A100)",
      "preset": "llama-2-70b", "gpu": "A100-80GB", "gpu_count": 64, "gpus_per_node": 8,
      "seq_len": 4096, "micro_batch": 1, "grad_accum": 1, "activation_checkpointing": "selective_op",
      "num_workers": 8, "tokens_per_sec_per_gpu": 355},
     {"role": "validation", "ref": TORCHTITAN, "label": "Llama 2 70B (torchtitan)",
      "figure": "Llama 2 performance numbers, FSDP2 on 64 A100 (80GB): 70B, batch 2, full AC: 353 WPS",
      "note": "llama2_70b.toml at 0413364: seq_len 4096, rmsnorm (unfused), mode 'full'",
+     "stack": "torchtitan", "source": "torchtitan performance.md (A100)",
      "preset": "llama-2-70b", "gpu": "A100-80GB", "gpu_count": 64, "gpus_per_node": 8,
-     "seq_len": 4096, "micro_batch": 2, "grad_accum": 1, "activation_checkpointing": True,
+     "seq_len": 4096, "micro_batch": 2, "grad_accum": 1, "activation_checkpointing": "full",
      "num_workers": 8, "tokens_per_sec_per_gpu": 353},
     {"role": "validation", "ref": TORCHTITAN, "label": "Llama 2 13B (torchtitan)",
      "figure": "Llama 2 performance numbers, FSDP2 on 64 A100 (80GB): 13B, batch 2, no AC: 2162 WPS",
      "note": "torchtitan's train_configs/llama2_13b.toml at that commit: seq_len 4096, fused_rmsnorm, "
              "compile false (the table varies only batch and AC)",
+     "stack": "torchtitan", "source": "torchtitan performance.md (A100)",
      "model_size": _titan_2404("llama-2-13b"), "gpu": "A100-80GB", "gpu_count": 64, "gpus_per_node": 8,
      "seq_len": 4096, "micro_batch": 2, "grad_accum": 1, "activation_checkpointing": False,
      "num_workers": 8, "tokens_per_sec_per_gpu": 2162},
@@ -150,12 +161,14 @@ PUBLISHED: list[dict] = [
      "figure": "README table: 7b, 128 * A100, HSDP, activation checkpointing False, batch 2: 3760 token/gpu/sec",
      "note": "HSDP (sharded in a node, replicated across) modelled as zero3 over all GPUs; "
              "A100 80 GB assumed; seq 4096 (Llama 2)",
+     "stack": "fms-fsdp", "source": "fms-fsdp README",
      "preset": "llama-2-7b", "gpu": "A100-80GB", "gpu_count": 128, "gpus_per_node": 8,
      "seq_len": 4096, "micro_batch": 2, "grad_accum": 1, "activation_checkpointing": False,
      "num_workers": 8, "tokens_per_sec_per_gpu": 3760},
     {"role": "validation", "ref": FMS_FSDP, "label": "Llama 2 13B (IBM fms-fsdp)",
      "figure": "README table: 13b, 128 * A100, HSDP, activation checkpointing False, batch 1: 1700 token/gpu/sec",
      "note": "as above",
+     "stack": "fms-fsdp", "source": "fms-fsdp README",
      "preset": "llama-2-13b", "gpu": "A100-80GB", "gpu_count": 128, "gpus_per_node": 8,
      "seq_len": 4096, "micro_batch": 1, "grad_accum": 1, "activation_checkpointing": False,
      "num_workers": 8, "tokens_per_sec_per_gpu": 1700},
@@ -164,13 +177,13 @@ PUBLISHED: list[dict] = [
      "figure": "Table 2: 7B, 184,320 A100-80GB GPU-hours for 2.0T tokens -> 3,014 tokens/s/GPU",
      "note": "end to end (restarts, evaluation, checkpoints, 350-400 W power caps); GPU count "
              "and micro-batch not published (2,048 GPUs and micro-batch 1 assumed)",
-     "preset": "llama-2-7b", "gpu": "A100-80GB", "gpu_count": 2048, "gpus_per_node": 8,
+     "source": "Llama 2 paper", "preset": "llama-2-7b", "gpu": "A100-80GB", "gpu_count": 2048, "gpus_per_node": 8,
      "seq_len": 4096, "micro_batch": 1, "grad_accum": 1, "activation_checkpointing": False,
      "num_workers": 8, "tokens_per_sec_per_gpu": 2.0e12 / (184320 * 3600)},
     {"role": "reference", "ref": LLAMA2, "label": "Llama 2 13B pre-training",
      "figure": "Table 2: 13B, 368,640 A100-80GB GPU-hours for 2.0T tokens -> 1,507 tokens/s/GPU",
      "note": "as above",
-     "preset": "llama-2-13b", "gpu": "A100-80GB", "gpu_count": 2048, "gpus_per_node": 8,
+     "source": "Llama 2 paper", "preset": "llama-2-13b", "gpu": "A100-80GB", "gpu_count": 2048, "gpus_per_node": 8,
      "seq_len": 4096, "micro_batch": 1, "grad_accum": 1, "activation_checkpointing": False,
      "num_workers": 8, "tokens_per_sec_per_gpu": 2.0e12 / (368640 * 3600)},
 ]

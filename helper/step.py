@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from helper.collectives import CollectiveChoice
 from helper.gpus import GpuSpec
 from helper.sizes import ModelShape
+from helper.stacks import Stack
 
 __all__ = ["StepPlan"]
 
@@ -38,7 +39,11 @@ class StepPlan:
     checkpointing: str = "none"
     """``none``, ``selective`` or ``full``."""
     attention: str = "sdpa"
-    """``sdpa`` (flash / memory-efficient kernels) or ``eager`` (materialised scores)."""
+    """``sdpa``/``flash`` (fused kernels) or ``eager`` (materialised scores)."""
+    stack: Stack | None = None
+    """The training stack (helper.stacks); None: the shape's default."""
+    reduce_scatter_every_micro_step: bool = False
+    """Gradients reduce-scattered every micro-batch (the stack's accumulation, or the caller's)."""
     matmul_flops_per_micro_step: float = 0.0
     """FLOPs of the weight matmuls of one micro-batch on one GPU (recompute included)."""
     attention_flops_per_micro_step: float = 0.0

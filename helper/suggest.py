@@ -23,6 +23,7 @@ from helper.gpus import get_gpu, gib
 from helper.memory import estimate_memory, normalize_sharding
 from helper.plan import dataset_global_batch, plan_training
 from helper.sizes import parse_dataset_size, parse_model_size
+from helper.stacks import resolve_stack
 from helper.throughput import (
     DEFAULT_MEAN_TOKENS_PER_EXAMPLE,
     estimate_padding_efficiency,
@@ -43,15 +44,15 @@ _NCCL_TRIALS = {"proto_bw_factor_ll128": ("default", "LL128"), "proto_bw_factor_
 
 
 def _fits(shape, n, stage, mb, seq_len, ac, ga, spec, usable_gb,
-          every: bool = False) -> tuple[bool, dict[str, float]]:
+          every: bool = False, stack=None) -> tuple[bool, dict[str, float]]:
     mem = estimate_memory(shape, n, sharding=stage, micro_batch=mb, seq_len=seq_len,
                           activation_checkpointing=ac, grad_accum=ga, gpu=spec,
-                          reduce_scatter_every_micro_step=every)
+                          reduce_scatter_every_micro_step=every, stack=stack)
     return mem["total"] <= usable_gb, mem
 
 
-def _impossible(shape, n, stage, seq_len, spec, usable_gb, headroom) -> ValueError:
-    ok, mem = _fits(shape, n, stage, 1, seq_len, True, 1, spec, usable_gb)
+def _impossible(shape, n, stage, seq_len, spec, usable_gb, headroom, stack=None) -> ValueError:
+    ok, mem = _fits(shape, n, stage, 1, seq_len, True, 1, spec, usable_gb, stack=stack)
     lines = [f"{shape.label} ({shape.n_params / 1e9:.3g}e9 params) does not fit on {n} x {spec.name} "
              f"with {stage}: micro_batch 1 with activation checkpointing needs {gib(mem['total']):.1f} GiB "
              f"per GPU (model state {gib(mem['static']):.1f}), above the {gib(usable_gb):.1f} GiB usable "
@@ -75,12 +76,12 @@ def _impossible(shape, n, stage, seq_len, spec, usable_gb, headroom) -> ValueErr
 
 
 def _planned_layout(model_size, gpu_count, spec, seq_len, gpus_per_node, tokens, global_batch, cal,
-                    headroom) -> tuple[str, str]:
+                    headroom, stack=None) -> tuple[str, str]:
     """The layout ``plan_training`` chooses for this job, and why (one sentence)."""
     try:
         plan = plan_training(model_size, gpu_count, tokens=tokens, gpu=spec.name, gpus_per_node=gpus_per_node,
                              seq_len=seq_len, global_batch_tokens=global_batch * seq_len, calibration=cal,
-                             memory_headroom=headroom)
+                             memory_headroom=headroom, stack=stack)
     except ValueError as exc:
         return "none", f"no layout fits: {exc}"
     chosen = plan["chosen"]["layout"]
@@ -98,7 +99,7 @@ def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: 
                    mean_tokens_per_example: float = DEFAULT_MEAN_TOKENS_PER_EXAMPLE,
                    padding: str = "packed", memory_headroom: float = DEFAULT_MEMORY_HEADROOM,
                    max_micro_batch: int = 64, max_lost_work_minutes: float = 30.0,
-                   checkpoint_write_gbs_per_node: float = 2.0) -> dict[str, Any]:
+                   checkpoint_write_gbs_per_node: float = 2.0, stack: str | None = None) -> dict[str, Any]:
     """Launch settings for fine-tuning ``model_size`` on ``gpu_count`` GPUs, with reasons.
 
     Args:
@@ -118,6 +119,10 @@ def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: 
         max_micro_batch: largest micro-batch considered.
         max_lost_work_minutes: work a node failure may cost at most (checkpoint interval).
         checkpoint_write_gbs_per_node: assumed checkpoint write bandwidth per node, GB/s.
+        stack: the training stack (a :mod:`helper.stacks` preset; None: ``hf-sdpa``, tuner's
+            workload, for Llama shapes): what checkpointing keeps, the attention kernel, the
+            reduce dtype and how gradients accumulate (only FSDP2's no-sync stacks choose
+            ``reduce_scatter_every_micro_step``).
 
     Returns:
         A dict: the knobs (``micro_batch``, ``grad_accum``, ``num_workers``,
@@ -140,6 +145,7 @@ def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: 
     """
     shape = parse_model_size(model_size)
     spec = get_gpu(gpu)
+    st = resolve_stack(stack, shape)
     stage = normalize_sharding(sharding)
     examples = parse_dataset_size(dataset_size)
     for name, value, low in (("gpu_count", gpu_count, 1), ("gpus_per_node", gpus_per_node, 1), ("seq_len", seq_len, 8)):
@@ -166,7 +172,7 @@ def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: 
             shape.n_params, examples, mean_tokens_per_example=mean_tokens, seq_len=seq_len, padding=padding,
             gpu_count=gpu_count)
     layout, layout_note = _planned_layout(model_size, gpu_count, spec, seq_len, gpus_per_node, examples * mean_tokens,
-                                          global_batch, cal, memory_headroom)
+                                          global_batch, cal, memory_headroom, st)
 
     # --- micro-batch x grad_accum: the largest that fits, within BATCH_TOLERANCE of the batch ---
     if global_batch < gpu_count:
@@ -181,17 +187,19 @@ def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: 
         return dict(gpu=spec, seq_len=seq_len, micro_batch=mb, grad_accum=ga, activation_checkpointing=ac,
                     gpus_per_node=gpus_per_node, nccl_algo=algo, nccl_proto=proto, num_workers=workers,
                     prefetch_factor=2, sharding=stage, padding_efficiency=eff, examples_per_sequence=eps,
-                    reduce_scatter_every_micro_step=every)
+                    reduce_scatter_every_micro_step=every, stack=st)
 
     # Options: checkpointing off/on; with accumulation, FSDP2's no-sync flavour (reduce-scatter
     # once, unsharded fp32 gradients held) or reduce-scatter every micro-batch (shards only).
     best = None  # (tokens/s, mb, ga, ac, every)
     fits_without_ac = False
-    for ac, every in itertools.product((False, True), (False, True)):
+    # The no-sync / every-micro-batch choice is FSDP2's; another stack accumulates its own way.
+    everies = (False, True) if st.accumulation == "no_sync" else (st.accumulation == "reduce_scatter",)
+    for ac, every in itertools.product((False, True), everies):
         split = split_global_batch(
             global_batch, gpu_count, max_micro_batch=max_micro_batch,
             fits=lambda mb, ga, ac=ac, every=every: (ga > 1 or not every)
-            and _fits(shape, gpu_count, stage, mb, seq_len, ac, ga, spec, usable_gb, every)[0])
+            and _fits(shape, gpu_count, stage, mb, seq_len, ac, ga, spec, usable_gb, every, st)[0])
         if split is None:
             continue
         fits_without_ac |= not ac
@@ -201,7 +209,7 @@ def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: 
         if best is None or tps > best[0] * 1.0001:
             best = (tps, mb, ga, ac, every)
     if best is None:
-        raise _impossible(shape, gpu_count, stage, seq_len, spec, usable_gb, memory_headroom)
+        raise _impossible(shape, gpu_count, stage, seq_len, spec, usable_gb, memory_headroom, st)
     _, mb, ga, ac, every = best
     realized = mb * ga * gpu_count
     if abs(realized - global_batch) > BATCH_TOLERANCE * global_batch:
@@ -235,7 +243,7 @@ def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: 
 
     final_plan = plan_step(shape, gpu_count, **knobs(mb, ga, ac, every, workers, algo, proto))
     t = step_time_breakdown(final_plan, constants)
-    _, mem = _fits(shape, gpu_count, stage, mb, seq_len, ac, ga, spec, usable_gb, every)
+    _, mem = _fits(shape, gpu_count, stage, mb, seq_len, ac, ga, spec, usable_gb, every, st)
     step_s = t["step_time_s"]
     tokens_epoch = examples * mean_tokens
     steps_epoch = max(1, math.ceil(tokens_epoch / (t["tokens_per_step_per_gpu"] * gpu_count)))
@@ -266,8 +274,10 @@ def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: 
             "fits." if fits_without_ac else "on: without it not even micro_batch 1 fits."),
         "reduce_scatter_every_micro_step": (
             "n/a: no gradient accumulation." if ga == 1 else
+            f"{every}: the {st.name} stack's own accumulation ({st.accumulation})." if st.accumulation != "no_sync" else
             "True: reduce-scatter every micro-batch; no-sync accumulation would hold "
-            f"{shape.n_params * 4 / 1e9:.0f} GB of unsharded fp32 gradients per GPU." if every else
+            f"{gib(shape.n_params * st.accum_dtype_bytes / 1e9):.0f} GiB of unsharded "
+            f"{'fp32' if st.accum_dtype_bytes == 4 else 'bf16'} gradients per GPU." if every else
             "False: set_requires_gradient_sync(False) until the last micro-batch, one reduce-scatter per step."),
         "num_workers": f"tokenising {t['data_cpu_s'] * 1e3:.0f} ms of CPU work per step over {workers} workers "
                        f"stays under half the {step_s:.2f} s step, so data never stalls.",
@@ -277,7 +287,8 @@ def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: 
         "nccl_proto": f"{proto}: {nccl_note}.",
         "padding": f"{padding}: {eff:.0%} of computed tokens are real with ~{mean_tokens:.0f}-token examples "
                    f"in {seq_len}-token rows.",
-        "sharding": f"{stage}: static state {mem['static']:.1f} GB per GPU of {16 * shape.n_params / 1e9:.0f} GB in all.",
+        "sharding": f"{stage}: static state {gib(mem['static']):.1f} GiB per GPU of {gib(16 * shape.n_params / 1e9):.0f} GiB "
+                    "in all.",
         "checkpoint_interval": f"every {ckpt_steps} steps ({ckpt_steps * step_s / 60:.1f} min): a node failure "
                                f"loses at most {lost_min:.1f} min (limit {max_lost_work_minutes:.0f}): "
                                + " + ".join(f"{k[:-2]} {v / 60:.1f}" for k, v in ckpt["worst_case_parts_s"].items())
@@ -309,7 +320,7 @@ def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: 
         "rationale": rationale,
         "assumptions": {"mean_tokens_per_example": mean_tokens, "padding": padding,
                         "memory_headroom": memory_headroom,
-                        "checkpoint_write_gbs_per_node": checkpoint_write_gbs_per_node},
+                        "checkpoint_write_gbs_per_node": checkpoint_write_gbs_per_node, "stack": st.name},
         "source": source,
     }
 

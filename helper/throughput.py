@@ -34,13 +34,15 @@ import math
 from pathlib import Path
 from typing import Any
 
+from helper.activations import effective_attention, normalize_checkpointing
 from helper.calibration import resolve_constants
 from helper.collectives import PRIOR_FACTORS, CollectiveChoice, _raw_time_s, choose_collective
 from helper.compute import compute_seconds, flops_per_token, matmul_and_attention_flops
 from helper.gpus import GpuSpec, get_gpu
-from helper.memory import estimate_memory, normalize_checkpointing, normalize_sharding
+from helper.memory import estimate_memory, normalize_sharding
 from helper.padding import DEFAULT_MEAN_TOKENS_PER_EXAMPLE, estimate_padding_efficiency
 from helper.sizes import ModelShape, parse_model_size
+from helper.stacks import Stack, resolve_stack
 from helper.step import StepPlan
 
 __all__ = ["Prediction", "StepPlan", "plan_step", "step_time_breakdown", "predict_step_time",
@@ -79,8 +81,9 @@ def plan_step(model_size: float | int | str | ModelShape, gpu_count: int, *,
               nccl_algo: str | None = "default", nccl_proto: str | None = "default",
               num_workers: int = 2, prefetch_factor: int | None = 2, sharding: str = "zero3",
               padding_efficiency: float = 1.0, examples_per_sequence: float = 1.0,
-              reshard_after_forward: bool = True, reduce_scatter_every_micro_step: bool = False,
-              reduce_dtype_bytes: int = 4, attention: str = "sdpa") -> StepPlan:
+              reshard_after_forward: bool = True, reduce_scatter_every_micro_step: bool | None = None,
+              reduce_dtype_bytes: int | None = None, attention: str | None = None,
+              stack: str | Stack | None = None) -> StepPlan:
     """The calibration-free part of a prediction (see :func:`predict_throughput` for args).
 
     Raises:
@@ -91,9 +94,12 @@ def plan_step(model_size: float | int | str | ModelShape, gpu_count: int, *,
     shape = parse_model_size(model_size)
     spec = get_gpu(gpu)
     stage = normalize_sharding(sharding)
-    mode = normalize_checkpointing(activation_checkpointing)
-    if attention not in ("sdpa", "eager"):
-        raise ValueError(f"attention must be sdpa or eager, got {attention!r}")
+    st = resolve_stack(stack, shape)
+    mode = normalize_checkpointing(activation_checkpointing, st)
+    attention = effective_attention(st, attention)
+    if reduce_scatter_every_micro_step is None:
+        reduce_scatter_every_micro_step = st.accumulation == "reduce_scatter"
+    reduce_dtype_bytes = reduce_dtype_bytes or st.reduce_dtype_bytes
     for name, v in (("gpu_count", gpu_count), ("seq_len", seq_len), ("micro_batch", micro_batch),
                     ("grad_accum", grad_accum), ("gpus_per_node", gpus_per_node)):
         if int(v) != v or v < 1:
@@ -139,7 +145,8 @@ def plan_step(model_size: float | int | str | ModelShape, gpu_count: int, *,
     return StepPlan(
         shape=shape, gpu=spec, gpu_count=n, nodes=nodes, gpus_per_node=g, seq_len=seq_len,
         micro_batch=micro_batch, grad_accum=grad_accum, sharding=stage,
-        activation_checkpointing=mode != "none", checkpointing=mode, attention=attention,
+        activation_checkpointing=mode != "none", checkpointing=mode, attention=attention, stack=st,
+        reduce_scatter_every_micro_step=bool(reduce_scatter_every_micro_step),
         matmul_flops_per_micro_step=micro_batch * seq_len * mm,
         attention_flops_per_micro_step=micro_batch * seq_len * att,
         padding_efficiency=float(padding_efficiency),
@@ -204,9 +211,10 @@ def predict_step_time(model_size: float | int | str | ModelShape, gpu_count: int
     mem = estimate_memory(plan.shape, gpu_count, sharding=plan.sharding, micro_batch=plan.micro_batch,
                           seq_len=plan.seq_len, activation_checkpointing=plan.checkpointing,
                           attention=plan.attention, memory_scale=constants.get("memory_scale", 1.0),
-                          grad_accum=plan.grad_accum, gpu=plan.gpu,
+                          grad_accum=plan.grad_accum, gpu=plan.gpu, stack=plan.stack,
                           reshard_after_forward=knobs.get("reshard_after_forward", True),
-                          reduce_scatter_every_micro_step=knobs.get("reduce_scatter_every_micro_step", False))
+                          reduce_scatter_every_micro_step=plan.reduce_scatter_every_micro_step,
+                          reduce_dtype_bytes=knobs.get("reduce_dtype_bytes"))
     counts: dict[str, float] = {}
     for coll, _, count, ch in plan.collectives:
         key = f"{coll}/{ch.algo}/{ch.proto}"
@@ -224,9 +232,9 @@ def predict_throughput(model_size: float | int | str | ModelShape, gpu_count: in
                        prefetch_factor: int | None = 2, sharding: str = "zero3",
                        padding_efficiency: float = 1.0, examples_per_sequence: float = 1.0,
                        reshard_after_forward: bool = True,
-                       reduce_scatter_every_micro_step: bool = False,
+                       reduce_scatter_every_micro_step: bool | None = None,
                        calibration: dict[str, Any] | str | Path | None = None,
-                       attention: str = "sdpa") -> Prediction:
+                       attention: str | None = None, stack: str | Stack | None = None) -> Prediction:
     """Predicted training throughput, non-padding tokens per second per GPU.
 
     Args:
@@ -250,10 +258,13 @@ def predict_throughput(model_size: float | int | str | ModelShape, gpu_count: in
         examples_per_sequence: examples tokenised per row (packing puts several in one).
         reshard_after_forward: FSDP2 option; False skips the backward all-gather.
         reduce_scatter_every_micro_step: False = FSDP2 no-sync accumulation (reduce-scatter
-            on the last micro-batch only).
+            on the last micro-batch only); None = the stack's accumulation.
         calibration: a calibration dict, a JSON path, or None for the shipped default.
-        attention: ``sdpa`` (flash kernels, the trial's default) or ``eager`` (HF's eager
-            path: materialised s x s scores).
+        attention: None (the stack's kernel), ``sdpa``/``flash`` (fused kernels) or
+            ``eager`` (HF's eager path: materialised s x s scores).
+        stack: a :mod:`helper.stacks` preset or ``Stack`` (None: ``hf-sdpa``, tuner's
+            workload, for Llama shapes; ``llm-foundry`` for MPT): what ``True`` checkpoints,
+            the attention kernel, the reduce dtype and the accumulation semantics.
 
     Returns:
         A :class:`Prediction` (a float) with ``.source`` (the calibration used) and
@@ -274,7 +285,7 @@ def predict_throughput(model_size: float | int | str | ModelShape, gpu_count: in
         nccl_proto=nccl_proto, num_workers=num_workers, prefetch_factor=prefetch_factor,
         sharding=sharding, padding_efficiency=padding_efficiency,
         examples_per_sequence=examples_per_sequence, reshard_after_forward=reshard_after_forward,
-        reduce_scatter_every_micro_step=reduce_scatter_every_micro_step, attention=attention)
+        reduce_scatter_every_micro_step=reduce_scatter_every_micro_step, attention=attention, stack=stack)
     return Prediction(details["tokens_per_sec_per_gpu"], source=details["source"], details=details)
 
 

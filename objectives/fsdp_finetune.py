@@ -36,7 +36,7 @@ from objectives.metrics import model_flops_per_token, peak_flops_for, peak_memor
 from objectives.parallel import build_mesh, build_parallel_model, describe_layout, gpus_per_node_from_env, plan_layout
 
 # The trial config: parsed and validated in objectives.trial_config, re-exported here.
-from objectives.trial_config import Knobs, TrialConfig, load_config, parse_config
+from objectives.trial_config import STACKS, Knobs, TrialConfig, load_config, parse_config
 
 # The trial protocol and the knob catalogue: standard library only, no control plane.
 from tuner import knobs as catalogue
@@ -307,6 +307,7 @@ def measure_trial(config: TrialConfig, writer: ResultWriter, *, model, dtype, lo
         "startup_seconds": startup_s, "mfu": mfu, "mfu_peak_flops": peak_flops, "device": device_name,
         "dtype": str(dtype).removeprefix("torch."), "n_params": n_params,
         "attention": getattr(model.config, "_attn_implementation", None),
+        "stack": STACKS.get(getattr(model.config, "_attn_implementation", None) or "sdpa"),
         "knobs": dict(knobs), "launch_params": config.launch_params,
         "layout": describe_layout(layout, config.knobs), "checkpoint": ckpt.summary() if ckpt else None,
         "nccl_env": {var: os.environ.get(var) for var in NCCL_ENV_VARS},

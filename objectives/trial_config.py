@@ -26,11 +26,16 @@ from tuner.errors import TrialConfigError
 from tuner.protocol import DTYPES  # fp16 runs without a loss scaler: a few steps' numbers don't matter for speed
 
 __all__ = ["Knobs", "TrialConfig", "TrialConfigError", "parse_config", "load_config", "LAUNCH_KNOB_PREFIX", "DTYPES",
-           "ATTENTIONS"]
+           "ATTENTIONS", "STACKS"]
 
 LAUNCH_KNOB_PREFIX = "nccl_"  # launch-level knobs: the launcher turns them into NCCL_* variables
 ATTENTIONS = ("sdpa", "eager")
 """[model] attention: Hugging Face's ``attn_implementation`` (unset: its default, ``sdpa``)."""
+STACKS = {"sdpa": "hf-sdpa", "eager": "hf-eager"}
+"""The training stack this workload is, in helper.stacks' names, by attention: Hugging Face's
+Llama (unfused RMSNorm, the loss's fp32 upcast), per-block ``checkpoint_wrapper`` (full),
+FSDP2 with reduce_dtype fp32 (objectives/parallel.py) and ``set_requires_gradient_sync``
+accumulation (objectives/fsdp_finetune.py). Its summary line records it (``stack``)."""
 
 
 class Knobs(Mapping[str, Any]):

@@ -124,6 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     suggest.add_argument("--gpus-per-node", type=int, default=8)
     suggest.add_argument("--global-batch", type=int, help="sequences per optimizer step")
     suggest.add_argument("--calibration", type=Path, help="calibration JSON from `tuner distill`")
+    suggest.add_argument("--stack", help="training stack (helper.stacks): hf-sdpa (default), hf-eager, torchtitan, "
+                                         "llm-foundry, fms-fsdp, megatron-fused")
     suggest.add_argument("--explain", action="store_true", help="also print the memory and time breakdown")
     _add_plan_parser(sub)
     return parser
@@ -163,6 +165,8 @@ def _add_plan_parser(sub) -> None:
                       help="your partition's time limit per allocation, for the batch script (default 48)")
     plan.add_argument("--cost-per-gpu-hour", type=_number(float, 0, above=True), help="price, for the cost line")
     plan.add_argument("--calibration", type=Path, help="calibration JSON from `tuner distill`")
+    plan.add_argument("--stack", help="training stack (helper.stacks): hf-sdpa (default), hf-eager, torchtitan, "
+                                      "llm-foundry, fms-fsdp, megatron-fused")
     plan.add_argument("--validate", action="store_true",
                       help="run the plan's proxy for real (here: the tiny model on 2 CPU processes) and refit")
     plan.add_argument("--proxy", choices=["cpu", "gpu"], default="cpu",
@@ -307,7 +311,7 @@ def _cmd_suggest(args: argparse.Namespace) -> int:
 
     cfg, explanation = suggest(model_size=args.model_size, gpu_count=args.gpus, dataset_size=args.dataset_size,
                                seq_len=args.seq_len, gpu=args.gpu, gpus_per_node=args.gpus_per_node,
-                               global_batch=args.global_batch, calibration=args.calibration)
+                               global_batch=args.global_batch, calibration=args.calibration, stack=args.stack)
     print(json.dumps(cfg, indent=2, default=str))
     if args.explain:
         print(explanation, file=sys.stderr)
@@ -323,7 +327,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         failures_per_gpu_hour=args.failure_rate, max_lost_work_minutes=args.max_lost_minutes,
         spare_nodes=args.spare_nodes, slurmd_timeout_s=args.slurmd_timeout_s,
         requeue_wait_s=args.requeue_wait_minutes * 60, time_limit_hours=args.time_limit_hours,
-        cost_per_gpu_hour=args.cost_per_gpu_hour,
+        cost_per_gpu_hour=args.cost_per_gpu_hour, stack=args.stack,
         calibration=str(args.calibration) if args.calibration else None, validate=args.validate,
         proxy=args.proxy, launcher=args.launcher,
         runbook_dir=args.runbook, tuning_study=args.tuning_study,

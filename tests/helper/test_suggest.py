@@ -86,11 +86,11 @@ def test_global_batch_sets_grad_accum():
     cfg = suggest_config("7b", 16, "52k", global_batch=512)
     assert cfg["micro_batch"] * cfg["grad_accum"] * 16 == 512 == cfg["global_batch"]
     assert cfg["grad_accum"] > 1 and cfg["prefetch_factor"] == 2          # PyTorch's default, not ga / workers
-    # 13B: no-sync accumulation would hold 52 GB of unsharded fp32 gradients per GPU, so the
+    # 13B: no-sync accumulation would hold 52 GB (48 GiB) of unsharded fp32 gradients per GPU, so the
     # suggestion reduce-scatters every micro-batch instead.
     big = suggest_config("13b", 16, "52k", global_batch=512)
     assert big["grad_accum"] > 1 and big["reduce_scatter_every_micro_step"] is True
-    assert big["memory"]["grad_accum_buffer"] == 0.0 and "52 GB" in big["rationale"]["reduce_scatter_every_micro_step"]
+    assert big["memory"]["grad_accum_buffer"] == 0.0 and "48 GiB" in big["rationale"]["reduce_scatter_every_micro_step"]
     near = suggest_config("13b", 16, "52k", global_batch=100)                # 96 is within 5 %: taken
     assert near["global_batch"] == 96 and "100 asked" in near["rationale"]["grad_accum"]
     with pytest.raises(ValueError, match="under one sequence per GPU"):

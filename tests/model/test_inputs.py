@@ -4,7 +4,7 @@ sampler, screening, the sim and the fits."""
 import pytest
 
 from helper import measurement_plan
-from tuner.model import model_inputs, predict, spec_model_inputs, step_plan
+from tuner.model import memory_gb, model_inputs, predict, spec_model_inputs, step_plan
 from tuner.spec import load_spec
 
 CLUSTER = dict(model="llama-2-7b", gpu="H100-80GB", world_size=32, gpus_per_node=8, seq_len=2048)
@@ -54,3 +54,14 @@ def test_the_spec_form_fills_every_knob_from_the_spec():
     assert (inp.gpu_count, inp.gpus_per_node, inp.model) == (32, 8, "llama-2-7b")
     assert inp.activation_checkpointing is spec.model.activation_checkpointing
     assert predict(inp) > 0
+
+
+def test_the_stack_reaches_memory_and_the_measurement_only_when_not_the_workloads():
+    values = {"micro_batch": 4, "grad_accum": 4, "padding": "packed"}
+    own = model_inputs(values, **CLUSTER)
+    foundry = model_inputs(values, stack="llm-foundry", **CLUSTER)
+    assert own.stack == "hf-sdpa" and "stack" not in own.measurement(1.0)
+    assert foundry.measurement(1.0)["stack"] == "llm-foundry"
+    assert memory_gb(foundry) < memory_gb(own) - 20  # no 28 GB fp32 no-sync buffer
+    plan, _ = measurement_plan(foundry.measurement(1.0))
+    assert plan == step_plan(foundry) and plan.reduce_scatter_every_micro_step

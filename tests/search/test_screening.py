@@ -130,3 +130,17 @@ def test_the_baseline_is_measured_even_when_the_model_calls_it_out_of_memory(tmp
     trials = optuna.load_study(study_name=spec.study.name, storage=storage).get_trials()
     baseline = next(t for t in trials if t.user_attrs.get("role") == "baseline")
     assert baseline.user_attrs["status"] != "pruned" and baseline.user_attrs["gpu_seconds"] > 0
+
+
+def test_the_memory_boundary_comes_from_the_specs_stack():
+    """7B on 32 H100, micro-batch 5 with accumulation: FSDP2's fp32 no-sync buffer does not fit, llm-foundry's
+    every-micro-batch reduce-scatter in bf16 does; screening prunes the one and launches the other."""
+    spec = load_spec("studies/llama7b-h100x32.toml")
+    params = {**OK, "micro_batch": 5, "grad_accum": 4, "activation_checkpointing": False}
+    foundry = dataclasses.replace(spec, model=dataclasses.replace(spec.model, stack="llm-foundry"))
+    own, theirs = predicted_memory_gb(spec, complete_params(params, spec)), \
+        predicted_memory_gb(foundry, complete_params(params, foundry))
+    capacity = 81559 * 2**20 / 1e9
+    assert own > capacity * 1.1 > capacity > theirs
+    assert screen(_study(), spec, complete_params(params, spec)).rule == "memory"
+    assert screen(_study(), foundry, complete_params(params, foundry)) is None

@@ -64,6 +64,7 @@ def test_minimal_spec_defaults(tmp_path):
     (("[space]\n", '[space]\nreshard_after_forward = [true, false]\nsharding = ["shard_grad_op"]\n'),
      "space.reshard_after_forward", "only applies when sharding != shard_grad_op"),
     (('preset = "tiny"', 'preset = "gpt-5"'), "model.preset", "unknown preset"),
+    (('preset = "tiny"', 'preset = "tiny"\nstack = "deepspeed"'), "model.stack", "unknown stack 'deepspeed'"),
     (("seq_len = 64", 'seq_len = "long"'), "model.seq_len", "expected int"),
     (('backend = "gloo"', 'backend = "mpi"'), "cluster.backend", "unknown backend"),
     (("[cluster]", "[cluster]\nspeed = 3"), "cluster.speed", "unknown key"),

@@ -10,7 +10,9 @@ two sit three choices, made here once for the sampler, screening, the sim and th
   length unless the study measured its data's);
 - FSDP2's ``shard_grad_op`` is helper's zero3 without reshard-after-forward
   (tuner.knobs.fsdp_reshard_after_forward);
-- the layout knobs become helper's one layout type (helper.mesh.Layout).
+- the layout knobs become helper's one layout type (helper.mesh.Layout);
+- the spec's [model] stack (helper.stacks) says what ``activation_checkpointing`` keeps and how
+  gradients accumulate; tuner's own workload is ``hf-sdpa``, helper's default.
 
 Example:
     >>> inp = model_inputs({"micro_batch": 4, "grad_accum": 2, "padding": "packed", "num_workers": 2,
@@ -30,6 +32,7 @@ from typing import Any
 
 from helper.mesh import Layout
 from helper.padding import padded_rows
+from helper.stacks import DEFAULT_STACK, get_stack
 from tuner import knobs
 from tuner.spec import StudySpec, complete_params
 
@@ -74,6 +77,9 @@ class ModelInputs:
     """FSDP2's reshard_after_forward (False for ``shard_grad_op``)."""
     layout: Layout
     """How the GPUs split the work (helper.mesh.Layout)."""
+    stack: str = DEFAULT_STACK
+    """The training stack (a helper.stacks preset; the spec's [model] stack): what
+    ``activation_checkpointing`` keeps, the attention kernel, reduce dtype, accumulation."""
 
     def step_kwargs(self) -> dict[str, Any]:
         """Arguments of ``helper.plan_step`` and ``helper.predict_throughput`` (FSDP over every GPU)."""
@@ -83,13 +89,14 @@ class ModelInputs:
                     nccl_algo=self.nccl_algo, nccl_proto=self.nccl_proto, num_workers=self.num_workers,
                     prefetch_factor=self.prefetch_factor, padding_efficiency=self.padding_efficiency,
                     examples_per_sequence=self.examples_per_sequence,
-                    reshard_after_forward=self.reshard_after_forward)
+                    reshard_after_forward=self.reshard_after_forward, stack=self.stack)
 
     def memory_kwargs(self) -> dict[str, Any]:
         """Arguments of ``helper.estimate_memory`` for FSDP2 over every GPU (helper's zero3)."""
         return dict(model_size=self.model, gpu_count=self.gpu_count, sharding="zero3", micro_batch=self.micro_batch,
                     seq_len=self.seq_len, activation_checkpointing=self.activation_checkpointing,
-                    grad_accum=self.grad_accum, reshard_after_forward=self.reshard_after_forward, gpu=self.gpu)
+                    grad_accum=self.grad_accum, reshard_after_forward=self.reshard_after_forward, gpu=self.gpu,
+                    stack=self.stack)
 
     def layout_kwargs(self) -> dict[str, Any]:
         """Arguments of ``helper.layout_memory`` / ``layout_step_time`` besides the layout."""
@@ -111,6 +118,8 @@ class ModelInputs:
             "nccl_proto": self.nccl_proto, "num_workers": self.num_workers, "prefetch_factor": self.prefetch_factor,
             "padding_efficiency": self.padding_efficiency, "examples_per_sequence": self.examples_per_sequence,
             "reshard_after_forward": self.reshard_after_forward, "padding": self.padding}
+        if self.stack != DEFAULT_STACK:  # tuner's own workload's stack is helper's default
+            m["stack"] = self.stack
         if not padding_known:
             del m["padding_efficiency"], m["examples_per_sequence"]
         if self.prefetch_factor is None:  # no workers: no prefetch (tuner.knobs' rule)
@@ -125,11 +134,12 @@ class ModelInputs:
 
 def model_inputs(values: Mapping[str, Any], *, model: str, gpu: str, world_size: int, gpus_per_node: int,
                  seq_len: int, mean_tokens: float | None = None,
-                 padding_efficiency: float | None = None) -> ModelInputs:
+                 padding_efficiency: float | None = None, stack: str = DEFAULT_STACK) -> ModelInputs:
     """helper's inputs for complete knob values (tuner.spec.complete_params) on a cluster.
 
     ``mean_tokens``: the data's mean tokens per example (helper's default when None), which
-    sets the rows' real-token share; ``padding_efficiency``: a measured share that overrides it.
+    sets the rows' real-token share; ``padding_efficiency``: a measured share that overrides it;
+    ``stack``: the training stack the trial runs (helper.stacks; the spec's [model] stack).
     """
     v = knobs.resolve(values)
     micro_batch = int(v["micro_batch"])
@@ -142,7 +152,8 @@ def model_inputs(values: Mapping[str, Any], *, model: str, gpu: str, world_size:
         padding=str(v["padding"]),
         padding_efficiency=float(padding_efficiency) if padding_efficiency is not None else efficiency,
         examples_per_sequence=per_row, reshard_after_forward=knobs.fsdp_reshard_after_forward(v),
-        layout=Layout.from_knobs(v, world_size=int(world_size), gpus_per_node=int(gpus_per_node)))
+        layout=Layout.from_knobs(v, world_size=int(world_size), gpus_per_node=int(gpus_per_node)),
+        stack=get_stack(stack).name)
 
 
 def spec_model_inputs(params: Mapping[str, Any], spec: StudySpec, *, mean_tokens: float | None = None,
@@ -151,4 +162,4 @@ def spec_model_inputs(params: Mapping[str, Any], spec: StudySpec, *, mean_tokens
     c = spec.cluster
     return model_inputs(complete_params(dict(params), spec), model=spec.model.preset or spec.model.path,
                         gpu=c.gpu, world_size=c.world_size, gpus_per_node=c.gpus_per_node, seq_len=spec.model.seq_len,
-                        mean_tokens=mean_tokens, padding_efficiency=padding_efficiency)
+                        mean_tokens=mean_tokens, padding_efficiency=padding_efficiency, stack=spec.model.stack)

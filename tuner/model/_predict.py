@@ -105,15 +105,16 @@ def default_constants(gpu: str) -> dict[str, float]:
 def memory_gb(inputs: ModelInputs) -> float:
     """Peak memory per GPU (GB) of FSDP over every GPU."""
     return _fsdp_memory(inputs.model, inputs.gpu_count, inputs.gpu, inputs.micro_batch, inputs.seq_len,
-                        inputs.activation_checkpointing, inputs.grad_accum, inputs.reshard_after_forward)
+                        inputs.activation_checkpointing, inputs.grad_accum, inputs.reshard_after_forward,
+                        inputs.stack)
 
 
 @functools.lru_cache(maxsize=4096)
 def _fsdp_memory(model: str, world: int, gpu: str, micro_batch: int, seq_len: int, ckpt: bool, grad_accum: int,
-                 reshard: bool) -> float:
+                 reshard: bool, stack: str) -> float:
     return float(estimate_memory(model, world, sharding="zero3", micro_batch=micro_batch, seq_len=seq_len,
                                  activation_checkpointing=ckpt, grad_accum=grad_accum,
-                                 reshard_after_forward=reshard, gpu=gpu)["total"])
+                                 reshard_after_forward=reshard, gpu=gpu, stack=stack)["total"])
 
 
 def predicted_memory_gb(inputs: ModelInputs) -> float:

@@ -241,14 +241,15 @@ def run_plan(*, validate: bool = False, runbook_dir: str | Path | None = None, s
 
 def suggest(*, model_size: str, gpu_count: int, dataset_size: str | int | None = None, seq_len: int | None = None,
             gpu: str | None = None, gpus_per_node: int | None = None, global_batch: int | None = None,
-            calibration: str | Path | None = None) -> tuple[dict[str, Any], str]:
+            calibration: str | Path | None = None, stack: str | None = None) -> tuple[dict[str, Any], str]:
     """``helper.suggest_config`` with a calibration file (``tuner suggest``), and its explanation.
 
     Raises:
         TunerError: bad input, named in one line (helper answers it with ValueError).
     """
     kwargs = {k: v for k, v in dict(dataset_size=dataset_size, seq_len=seq_len, gpu=gpu,
-                                    gpus_per_node=gpus_per_node, global_batch=global_batch).items() if v is not None}
+                                    gpus_per_node=gpus_per_node, global_batch=global_batch,
+                                    stack=stack).items() if v is not None}
     try:
         cal = helper.load_calibration(calibration) if calibration else None
         cfg = helper.suggest_config(model_size=model_size, gpu_count=gpu_count, calibration=cal, **kwargs)

@@ -177,8 +177,9 @@ def screen(study: optuna.Study, spec: StudySpec, params: dict[str, Any], *, laun
     capacity = model.gpu_memory_gb(spec.cluster.gpu)
     low = memory_ratio_low(trials, spec)
     if pred * low > capacity:
-        return Verdict(rule="memory", reason=(f"predicted {pred:.1f} GB x margin {low:.2f} learned from this "
-                                              f"study exceeds the GPU's {capacity:.0f} GB"))
+        return Verdict(rule="memory", reason=(f"predicted {pred * 1e9 / 2**30:.1f} GiB (stack {spec.model.stack}) x "
+                                              f"margin {low:.2f} learned from this study exceeds the GPU's "
+                                              f"{capacity * 1e9 / 2**30:.1f} GiB"))
     mb, ckpt, accum = int(params["micro_batch"]), bool(params["activation_checkpointing"]), int(params["grad_accum"]) > 1
     for t in trials:
         if t.state != TrialState.COMPLETE or t.user_attrs.get("status") != "oom":
@@ -189,5 +190,6 @@ def screen(study: optuna.Study, spec: StudySpec, params: dict[str, Any], *, laun
                 and (not ckpt or bool(o["activation_checkpointing"])) and accum == (int(o["grad_accum"]) > 1)
                 and _row_len(params, spec) >= _row_len(o, spec)):
             return Verdict(rule="memory", reason=(f"trial {t.number} ran out of memory with no more "
-                                                  f"memory predicted ({o_pred:.1f} GB <= {pred:.1f} GB)"))
+                                                  f"memory predicted ({o_pred * 1e9 / 2**30:.1f} GiB <= "
+                                                  f"{pred * 1e9 / 2**30:.1f} GiB)"))
     return None

@@ -24,6 +24,7 @@ FINGERPRINT_WHEN_SET: tuple[tuple[str, str], ...] = (
     ("trial", "checkpoint_mode"),
     ("trial", "warm_warmup_steps"),
     ("cluster", "sim_physics"),
+    ("model", "stack"),
 )
 
 

@@ -46,6 +46,12 @@ class ModelSection:
     """`auto`: bf16 on GPU, fp32 on CPU."""
     activation_checkpointing: bool = False
     """Default when the space does not search it."""
+    stack: str = "hf-sdpa"
+    """The training stack the trials run (a helper.stacks preset): sets what helper's model
+    assumes about attention kernel, fused norms, what checkpointing keeps, the reduce dtype and
+    gradient accumulation, hence screening's memory boundary. ``hf-sdpa`` is tuner's own
+    workload; a team running its own command under the trial protocol names its stack
+    (``torchtitan``, ``llm-foundry``, ``fms-fsdp``, ``megatron-fused``, ``hf-eager``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
