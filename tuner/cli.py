@@ -172,7 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     from tuner.errors import TunerError
 
     try:
-        return COMMANDS[args.command](args)
+        code = COMMANDS[args.command](args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return code
     except TunerError as exc:
         print(f"tuner {args.command}: error: {exc}", file=sys.stderr)
         return 2
@@ -225,6 +227,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     # job is killed (or scancel'ed) and recorded before the process exits.
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_keyboard_interrupt)
+    # Preflight loads the data with `datasets` in this process: its progress bars and its own
+    # error lines would come before tuner's one line naming the problem. (Trials inherit these;
+    # a data error there still raises.)
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("DATASETS_VERBOSITY", "critical")
     leftovers = new_paths(options.storage_url, args.runs_dir)
     try:
         summary = run_study(spec, options, on_event=progress)
