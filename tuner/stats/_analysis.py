@@ -155,7 +155,7 @@ def analyze_record(record: StudyRecord, *, n_boot: int = N_BOOT, seed: int = 0) 
     spec = record.attrs.get("spec", {})
     knobs = list(spec.get("space", {})) or sorted({k for t in trials for k in t.params})
     # queued runs the spent budget never started (status `skipped`) are not trials that ran
-    finished = [t for t in trials if t.state in ("COMPLETE", "FAIL") and t.status not in ("skipped", "repeat")]
+    finished = [t for t in trials if t.state in ("COMPLETE", "FAIL", "PRUNED") and t.status not in ("skipped", "repeat")]
     ok = [t for t in trials if t.status == "ok"]
 
     cis, noise = trial_cis(trials)

@@ -208,7 +208,7 @@ def summarize(study: optuna.Study, *, launched: int = 0, stopped: str = "") -> R
     trials = study.get_trials(deepcopy=False)
     limit = float(study.user_attrs.get("budget_limit_gpu_seconds", 0.0))
     statuses = Counter(trial_status(t) for t in trials
-                       if t.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING))
+                       if t.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED, TrialState.RUNNING))
     best = None
     ok = [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("status") == "ok"]
     if ok:
