@@ -14,6 +14,7 @@ re-measurements (tuner.stats). So after each analysis:
 
 from __future__ import annotations
 
+import datetime as _dt
 from typing import Any
 
 __all__ = ["mark_recommendation", "RECOMMENDATION_ATTR"]
@@ -29,7 +30,9 @@ def _recommendation(analysis: dict[str, Any]) -> dict[str, Any] | None:
             "tokens_per_sec_per_gpu": best["tokens_per_sec_per_gpu"],
             "speedup_vs_baseline": best.get("speedup_vs_baseline"),
             "chosen_on": best.get("chosen_on"), "winners_curse_adjusted": best.get("winners_curse_adjusted"),
-            "simulated": bool(analysis.get("simulated")), "by": "tuner analyze / tuner report"}
+            "simulated": bool(analysis.get("simulated")), "by": "tuner analyze / tuner report",
+            "n_trials": analysis.get("n_trials"),
+            "written_at": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")}
 
 
 def mark_recommendation(study, analysis: dict[str, Any]) -> dict[str, Any] | None:

@@ -37,7 +37,8 @@ def format_run_summary(summary, *, status: bool = False) -> str:
         speed = rec.get("speedup_vs_baseline")
         lines.append(f"  recommended: trial {rec['trial']}: {_ci(rec.get('tokens_per_sec_per_gpu'))} tokens/s/GPU"
                      + (f", {_ci(speed, '.2f')}x the baseline" if speed else "")
-                     + f" [{rec.get('chosen_on') or 'tuner analyze'}; written by tuner analyze/report]")
+                     + f" [{rec.get('chosen_on') or 'tuner analyze'}; analysis of {rec.get('n_trials', '?')} trials"
+                     + (f", {rec['written_at']}" if rec.get("written_at") else "") + "]")
         lines += _params(rec.get("params") or {})
     if b:
         role = f" ({b['role']})" if b.get("role") else ""
