@@ -13,9 +13,16 @@ from tests.spine_helpers import fast_spec
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _env(extra=None):
+    """This checkout's tuner first, whatever the working directory (an editable install may
+    point at another checkout)."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **(extra or {})}
+
+
 def tuner(*args, cwd, env=None, timeout=300):
     return subprocess.run([sys.executable, "-m", "tuner.cli", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+                          text=True, timeout=timeout, env=_env(env))
 
 
 def test_help_explains_every_command(tmp_path):
@@ -105,13 +112,109 @@ def test_run_then_status_then_optuna_best_trial(tmp_path):
     (["analyze", "--study-name", "s", "--out", "o", "--n-boot", "-1"], "--n-boot: -1 is below 0"),
     (["report", "--study-name", "s", "--out", "o", "--planned-tokens", "-5"], "--planned-tokens: -5 is not a finite"),
     (["suggest", "--model-size", "7b", "--gpus", "0", "--dataset-size", "52k"], "--gpus: 0 is below 1"),
+    (["run", "--study", "s.toml", "--max-same-errors", "-2"], "--max-same-errors: -2 is below 0"),
+    (["run", "--study", "s.toml", "--launcher", "kubernetes"], "--launcher: invalid choice: 'kubernetes'"),
+    (["run"], "the following arguments are required: --study"),
+    (["plan", "--model-size", "13b", "--gpus", "8", "--tokens", "-1e9"], "--tokens: -1e9 is not a finite number > 0"),
 ])
 def test_bad_numbers_are_refused_up_front_naming_the_flag(args, flag, capsys):
+    """One line naming the flag, not argparse's usage block (issue 33: six to twelve lines)."""
     from tuner import cli
 
     with pytest.raises(SystemExit) as info:
         cli.main(args)
-    assert info.value.code == 2 and flag in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and flag in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_negative_budget_is_one_line_about_the_budget(tmp_path, monkeypatch, capsys):
+    """`--budget -5gpuh` used to read as an unknown flag ("expected one argument") plus usage."""
+    from tuner import cli
+
+    monkeypatch.chdir(tmp_path)
+    spec = fast_spec(tmp_path)
+    assert cli.main(["run", "--study", spec.source_path, "--budget", "-5gpuh"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("tuner run: error: --budget: bad budget '-5gpuh': write a positive number and a unit, "
+                   "e.g. 40gpuh, 90gpum, 600gpus\n")
+    assert not (tmp_path / "tuner.db").exists() and not (tmp_path / "runs").exists()
+
+
+def test_a_failed_preflight_leaves_no_database_lock_or_runs_folder(tmp_path, monkeypatch, capsys):
+    """Preflight fails after the runs folder and the storage were opened: both go again."""
+    import tuner.study._coordinator as coordinator
+    from tuner import cli
+    from tuner.errors import PreflightError
+
+    def fail(spec):
+        raise PreflightError("preflight: data.source bad.json: no examples (an empty file or `[]`)")
+
+    monkeypatch.setattr(coordinator, "needs_preflight", lambda spec, simulated: True)
+    monkeypatch.setattr(coordinator, "preflight", fail)
+    monkeypatch.chdir(tmp_path)
+    spec = fast_spec(tmp_path)
+    (tmp_path / "kept").mkdir()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert cli.main(["run", "--study", spec.source_path, "--budget", "1gpuh", "--quiet"]) == 2
+    assert capsys.readouterr().err == "tuner run: error: preflight: data.source bad.json: no examples (an empty file or `[]`)\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == before          # no tuner.db, tuner.lock, runs/
+
+
+def test_a_failed_preflight_keeps_a_database_that_holds_trials(tmp_path, monkeypatch):
+    import optuna
+
+    import tuner.study._coordinator as coordinator
+    from tuner import cli
+    from tuner.errors import PreflightError
+
+    monkeypatch.setattr(coordinator, "needs_preflight", lambda spec, simulated: True)
+    monkeypatch.setattr(coordinator, "preflight", lambda spec: (_ for _ in ()).throw(PreflightError("preflight: x")))
+    monkeypatch.chdir(tmp_path)
+    spec = fast_spec(tmp_path)
+    other = optuna.create_study(study_name="other", storage="sqlite:///tuner.db")
+    other.add_trial(optuna.trial.create_trial(value=1.0))
+    assert cli.main(["run", "--study", spec.source_path, "--budget", "1gpuh", "--quiet"]) == 2
+    assert (tmp_path / "tuner.db").exists()
+
+
+@pytest.mark.slow  # a `tuner` process that loads `datasets` (~10-25 s on a loaded 2-core VM)
+def test_a_broken_data_file_is_one_line_without_datasets_noise(tmp_path):
+    (tmp_path / "bad.json").write_text('{"broken": ')
+    text = (ROOT / "studies/quickstart.toml").read_text()
+    spec = tmp_path / "q.toml"
+    spec.write_text(text.replace('source = "synthetic"', f'source = "{tmp_path}/bad.json"'))
+    out = tuner("run", "--study", str(spec), "--budget", "0.01gpuh", cwd=tmp_path)
+    assert out.returncode == 2
+    assert out.stderr.startswith("tuner run: error: preflight: data.source") and out.stderr.count("\n") == 1, out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.json", "q.toml"]
+
+
+@pytest.mark.slow  # a `tuner` process
+def test_a_closed_pipe_exits_quietly(tmp_path):
+    import optuna
+    optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path}/t.db")
+    out = subprocess.run(f"{sys.executable} -m tuner.cli status --storage sqlite:///{tmp_path}/t.db | true",
+                         shell=True, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=_env())
+    assert out.stderr == "", out.stderr                          # no BrokenPipeError traceback
+
+
+def test_a_closed_pipe_in_process_returns_141_and_prints_nothing(monkeypatch, capsys, tmp_path):
+    import os
+
+    from tuner import cli
+
+    def broken(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setitem(cli.COMMANDS, "status", broken)
+    saved = os.dup(1)
+    try:
+        with capsys.disabled():
+            assert cli.main(["status"]) == 141
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize("extra, needle", [

@@ -1,36 +1,25 @@
 """`tuner`: a thin command line over the library. Each subcommand parses and calls one function.
 
-Errors a user can fix (bad spec, bad budget, unreachable storage, unknown study: every
-tuner.errors.TunerError) exit 2 with one line on stderr that names the problem. Any other
-exception is a bug and keeps its traceback.
+Every mistake a user can make (a bad flag or number, a bad spec, bad budget, unreachable
+storage, unknown study: argparse's errors and every tuner.errors.TunerError) exits 2 with one
+line on stderr that names the problem; a `tuner run` that fails that way before its first
+trial leaves no database, lock or runs folder of its own behind. A closed pipe (`tuner status
+| head`) ends quietly. Any other exception is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
+import os
 import signal
 import sys
 from pathlib import Path
 
-__all__ = ["main", "build_parser", "COMMANDS"]
+from tuner._cli_support import Parser, glue_dash_values, new_paths
+from tuner._cli_support import number as _number
 
-def _number(cast: type, low: float, *, above: bool = False):
-    """argparse type: a finite ``cast`` number >= ``low`` (> ``low`` when ``above``), refused up
-    front with argparse's one line that names the flag."""
-    def parse(text: str):
-        try:
-            value = cast(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if cast is int else 'a number'}") from None
-        if value != value or value in (float("inf"), float("-inf")):
-            raise argparse.ArgumentTypeError(f"{text} is not a finite number")
-        if value < low or (above and value == low):
-            raise argparse.ArgumentTypeError(f"{text} is not a finite number > {low:g}" if above
-                                             else f"{value} is below {low}")
-        return value
-    return parse
+__all__ = ["main", "build_parser", "COMMANDS"]
 
 
 _STORAGE_HELP = ("Optuna storage URL (SQLAlchemy). Precedence: this flag, then $TUNER_STORAGE, "
@@ -40,12 +29,12 @@ _STORAGE_HELP = ("Optuna storage URL (SQLAlchemy). Precedence: this flag, then $
 def build_parser() -> argparse.ArgumentParser:
     from tuner.report import DEFAULT_PLANNED_TOKENS  # light: plotly loads only when a report is drawn
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="tuner",
         description="Throughput autotuner for distributed LLM fine-tuning: an Optuna study over "
                     "launch knobs (NCCL_ALGO/PROTO, DataLoader workers, micro-batch, ...), "
                     "measured in tokens/s/GPU under a GPU-hour budget.",
-        epilog="Quick start: tuner run --study studies/quickstart.toml --budget 0.05gpuh; tuner status")
+        epilog="Quick start: tuner run --study studies/quickstart.toml --budget 0.08gpuh; tuner status")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="run, join or resume a study until its budget is spent",
@@ -103,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="tokens of the planned training run, for the GPU-hours the speedup saves "
                              f"(default {DEFAULT_PLANNED_TOKENS:.0e})")
     report.add_argument("--no-note", action="store_true", help="do not save the recipe as an optuna-dashboard note")
+    report.add_argument("--reanalyze", action="store_true",
+                        help="compute the analysis again even when DIR/analysis.json matches the study (by default "
+                             "it is reused while the study's trials, spec and tuner's statistics are unchanged)")
 
     distill = sub.add_parser("distill", help="fit the helper's performance-model calibration from finished studies",
                              description="Fit the constants of helper's performance model to the ok trials of "
@@ -179,17 +171,26 @@ def _add_plan_parser(sub) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(glue_dash_values(parser, list(sys.argv[1:] if argv is None else argv)))
     from tuner.errors import TunerError
 
     try:
-        return COMMANDS[args.command](args)
+        code = COMMANDS[args.command](args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return code
     except TunerError as exc:
         print(f"tuner {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"tuner {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader went away (`tuner status | head`): nothing is wrong; say nothing (Python's
+        # own advice: point stdout at devnull so the exit's flush does not raise again)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141   # 128 + SIGPIPE, what a shell tool reports
 
 
 def _storage(args: argparse.Namespace) -> str:
@@ -201,7 +202,8 @@ def _storage(args: argparse.Namespace) -> str:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from tuner.budget import parse_budget
-    from tuner.errors import BudgetError
+    from tuner.errors import BudgetError, TunerError
+    from tuner.report import format_run_summary
     from tuner.spec import load_spec
     from tuner.study import RunOptions, run_study
 
@@ -229,11 +231,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
     # job is killed (or scancel'ed) and recorded before the process exits.
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_keyboard_interrupt)
+    # Preflight loads the data with `datasets` in this process: its progress bars and its own
+    # error lines would come before tuner's one line naming the problem. (Trials inherit these;
+    # a data error there still raises.)
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("DATASETS_VERBOSITY", "critical")
+    leftovers = new_paths(options.storage_url, args.runs_dir)
     try:
         summary = run_study(spec, options, on_event=progress)
+    except TunerError:
+        leftovers()  # a run refused before its first trial leaves nothing of its own behind
+        raise
     finally:
         progress.close()
-    print(_format_summary(summary))
+    print(format_run_summary(summary))
     return 0
 
 
@@ -241,30 +252,14 @@ def _raise_keyboard_interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _format_summary(summary) -> str:
-    sim = " [SIMULATED: trials come from the performance model, not real jobs]" if summary.simulated else ""
-    lines = [f"study {summary.study_name}{sim}: {summary.launched} trials run here; stopped: {summary.stopped or '-'}",
-             "  trials by status: " + (", ".join(f"{k} {v}" for k, v in sorted(summary.statuses.items())) or "none"),
-             f"  budget: {summary.used_gpu_seconds / 3600:.4f} / {summary.limit_gpu_seconds / 3600:.4f} GPU-h used"
-             f" ({max(0.0, summary.limit_gpu_seconds - summary.used_gpu_seconds) / 3600:.4f} left)"]
-    if summary.best:
-        b = summary.best
-        role = f" ({b['role']})" if b.get("role") else ""
-        lines.append(f"  best: trial {b['trial']}{role}: {b['tokens_per_sec_per_gpu']:,.1f} tokens/s/GPU")
-        width = max(len(k) for k in b["params"]) if b["params"] else 0
-        lines += [f"    {k:<{width}}  {v}" for k, v in b["params"].items()]
-    else:
-        lines.append("  best: none yet")
-    return "\n".join(lines)
-
-
 def _cmd_status(args: argparse.Namespace) -> int:
+    from tuner.report import format_run_summary
     from tuner.study import study_status
     summaries = study_status(_storage(args), args.study_name)
     if not summaries:
         print("no studies in this storage")
     for s in summaries:
-        print(_format_summary(dataclasses.replace(s, stopped="")).replace("0 trials run here; stopped: -", "status"))
+        print(format_run_summary(s, status=True))
     return 0
 
 
@@ -276,19 +271,25 @@ def _load(args: argparse.Namespace):
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
-    from tuner.stats import analyze_study, format_summary, write_analysis
-    analysis = analyze_study(_load(args), n_boot=args.n_boot)
-    path = write_analysis(analysis, args.out)
+    from tuner.report import load_or_analyze, mark_recommendation
+    from tuner.stats import format_summary
+    study = _load(args)
+    analysis, _ = load_or_analyze(study, args.out, n_boot=args.n_boot, reuse=False)
+    mark_recommendation(study, analysis)
     print(format_summary(analysis))
-    print(f"wrote {path}")
+    print(f"wrote {Path(args.out) / 'analysis.json'}")
     return 0
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from tuner.report import save_recipe_note, write_report
-    from tuner.stats import analyze_study
+    from tuner.report import load_or_analyze, mark_recommendation, save_recipe_note, write_report
     study = _load(args)
-    analysis = analyze_study(study)
+    analysis, reused = load_or_analyze(study, args.out, reuse=not args.reanalyze)
+    if reused:
+        print(f"reused {Path(args.out) / 'analysis.json'} (the study has not changed since it was written)")
+    else:
+        mark_recommendation(study, analysis)
+        print(f"wrote {Path(args.out) / 'analysis.json'}")
     paths = write_report(study, analysis, args.out, planned_tokens=args.planned_tokens)
     if not args.no_note:
         save_recipe_note(study, Path(paths["recipe"]).read_text())

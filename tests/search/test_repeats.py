@@ -50,7 +50,7 @@ def test_an_exact_repeat_is_not_launched_a_queued_one_is_a_labelled_remeasuremen
     assert suggest_params(fresh, spec) == params
     assert screen_repeat(study, spec, fresh, params, study.get_trials())      # a repeat: recorded, never launched
     done = study.get_trials()[fresh.number]
-    assert done.state == TrialState.FAIL and done.user_attrs["status"] == REPEAT
+    assert done.state == TrialState.PRUNED and done.user_attrs["status"] == REPEAT
     assert done.user_attrs["gpu_seconds"] == 0.0 and "repeat of trial 0" in done.user_attrs["message"]
     replacement = [t for t in study.get_trials() if t.user_attrs.get("replaces_repeat") == fresh.number]
     assert len(replacement) == 1 and replacement[0].state == TrialState.WAITING

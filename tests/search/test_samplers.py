@@ -69,7 +69,7 @@ def test_gp_learns_to_avoid_screened_configs():
 
 def test_a_screened_trial_stays_an_unrun_fail_in_the_study():
     # samplers see it as a failure; the stored trial (analysis, report, dashboard, the budget's
-    # cost estimates) stays FAIL, status pruned, 0 GPU-s
+    # cost estimates) stays unrun: PRUNED, status pruned, 0 GPU-s
     spec = dataclasses.replace(load_spec(SPEC_13B), study=dataclasses.replace(load_spec(SPEC_13B).study,
                                                                                sampler="tpe"))
     study = optuna.create_study(direction="maximize", sampler=make_sampler(spec))
@@ -77,7 +77,7 @@ def test_a_screened_trial_stays_an_unrun_fail_in_the_study():
     suggest_params(trial, spec)
     end_unrun(study, trial, "pruned", "screened")
     stored = study.get_trials()[0]
-    assert stored.state == TrialState.FAIL and stored.user_attrs["gpu_seconds"] == 0.0
+    assert stored.state == TrialState.PRUNED and stored.user_attrs["gpu_seconds"] == 0.0
     assert study_record(study).trials[0].status == "pruned"
     assert costs_from_trials(study.get_trials()) == []
     seen = as_sampler_sees_it(stored)
@@ -86,3 +86,5 @@ def test_a_screened_trial_stays_an_unrun_fail_in_the_study():
     assert [t.state for t in view._get_trials(deepcopy=False, states=(TrialState.COMPLETE,))] == [TrialState.COMPLETE]
     skipped = optuna.trial.create_trial(state=TrialState.FAIL, user_attrs={"status": "skipped"})
     assert as_sampler_sees_it(skipped) is skipped  # only screened configs stand for a failure
+    unrun = optuna.trial.create_trial(state=TrialState.PRUNED, user_attrs={"status": "skipped"})
+    assert as_sampler_sees_it(unrun).state == TrialState.FAIL  # never ran: ignored, as before

@@ -112,7 +112,7 @@ def test_pruned_trial_is_fail_with_zero_gpu_seconds_and_visible_in_the_record():
     trial = study.ask()
     end_unrun(study, trial, "pruned", "pruned: NCCL cannot run this")
     t = study.get_trials()[0]
-    assert t.state == TrialState.FAIL and t.user_attrs["gpu_seconds"] == 0.0
+    assert t.state == TrialState.PRUNED and t.user_attrs["gpu_seconds"] == 0.0
     rec = study_record(study).trials[0]
     assert rec.status == "pruned" and "NCCL" in rec.message
     assert spec.cluster.launcher == "sim"

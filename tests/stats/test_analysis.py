@@ -7,7 +7,8 @@ import optuna
 import pytest
 from optuna.distributions import CategoricalDistribution
 
-from tuner.stats import analyze_study, format_summary, mean_ci, ratio_ci, write_analysis
+from tuner.report import write_analysis
+from tuner.stats import analyze_study, format_summary, mean_ci, ratio_ci
 
 
 def ar1(rng, n, mean, phi=0.5, rel_sd=0.05):

@@ -97,8 +97,8 @@ def test_dashboard_and_optuna_cli_read_the_study_while_a_coordinator_writes(pg_u
     for t in trials:
         shown = by_number[t.number]
         attrs = {a["key"]: a["value"] for a in shown["user_attrs"]}
-        if t.state.name == "FAIL":  # never launched (an exact repeat, a skipped or pruned run): shown so
-            assert shown["state"] == "Fail" and attrs["status"] == t.user_attrs["status"] and attrs["gpu_seconds"] == "0.0"
+        if t.state.name == "PRUNED":  # never launched (an exact repeat, a skipped or pruned run): not a Fail
+            assert shown["state"] == "Pruned" and attrs["status"] == t.user_attrs["status"] and attrs["gpu_seconds"] == "0.0"
             continue
         assert shown["state"] == "Complete" and shown["values"] == [t.value]
         assert attrs["status"] == "ok" and float(attrs["gpu_seconds"]) == t.user_attrs["gpu_seconds"]

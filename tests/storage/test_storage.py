@@ -267,7 +267,8 @@ def test_retries_a_dropped_connection_then_succeeds():
         return "ok"
 
     assert with_retries(flaky, what="asking", base_delay_s=0.001, log=log.append) == "ok"
-    assert len(calls) == 3 and len(log) == 2 and "server closed the connection" in log[0]
+    assert len(calls) == 3 and len(log) == 3 and "server closed the connection" in log[0]
+    assert "storage back at" in log[2]
 
 
 def test_retries_what_optuna_wrapped():
@@ -322,7 +323,8 @@ def test_an_outage_is_waited_out_up_to_its_limit_saying_so_at_every_retry():
 
     with retry_notes(notes.append):                         # the coordinator's progress display
         assert with_retries(down_then_up, what="recording trial 3", base_delay_s=0.001) == "recorded"
-    assert len(notes) == 3 and all(n.startswith("recording trial 3: storage unreachable for ") for n in notes)
+    assert len(notes) == 4 and all(n.startswith("recording trial 3: storage unreachable for ") for n in notes[:3])
+    assert notes[3].startswith("recording trial 3: storage back at ")     # tuner.storage._retries
     assert "retry 1" in notes[0] and "giving up after 300 s" in notes[0]
     with pytest.raises(StorageError, match=r"^x: storage unreachable after \d+ tries in 0 s"):
         with_retries(lambda: (_ for _ in ()).throw(_op_error("connection refused")), what="x",

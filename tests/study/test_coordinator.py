@@ -56,7 +56,7 @@ def test_study_record_budget_and_baseline(tmp_path, storage_url):
     summary = run_study(spec, options(storage_url, tmp_path, budget_gpu_seconds=95.0), launcher=FakeLauncher(spec))
     study = load(storage_url)
     # configs screened out before launch (tuner.search: here micro_batch 4 after its OOM) and a
-    # sampler's exact repeats (tuner.search) are never launched: FAIL `pruned` / `repeat` at 0 GPU-s
+    # sampler's exact repeats (tuner.search) are never launched: PRUNED `pruned` / `repeat` at 0 GPU-s
     trials = [t for t in study.get_trials() if t.user_attrs.get("status") not in ("pruned", "repeat")]
     assert trials[0].user_attrs["role"] == "baseline"
     assert trials[0].params == {"micro_batch": 1, "padding": "max_length", "nccl_algo": "default"}
@@ -133,7 +133,7 @@ def test_a_trial_running_elsewhere_is_waited_out_and_the_study_ends_with_none_in
     assert lost.state == TrialState.FAIL and lost.user_attrs["status"] == "lost"
     assert "its coordinator stopped beating for over 2 s" in lost.user_attrs["message"]
     retry = study.trials[1]                      # its retry: no budget left to run it
-    assert retry.user_attrs["retry_of"] == 0 and retry.state == TrialState.FAIL
+    assert retry.user_attrs["retry_of"] == 0 and retry.state == TrialState.PRUNED
     assert retry.user_attrs["status"] == "skipped" and retry.user_attrs["gpu_seconds"] == 0.0
     assert not [t for t in study.trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
     assert summary.launched == 0 and summary.statuses == {"fail": 1, "skipped": 1}
@@ -146,7 +146,7 @@ def test_ablation_runs_the_budget_cannot_pay_for_end_skipped_and_out_of_the_stat
     study = load(storage_url)
     assert not [t for t in study.trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
     ablation = [t for t in study.trials if t.user_attrs.get("role") == "ablation"]
-    skipped = [t for t in ablation if t.state == TrialState.FAIL]
+    skipped = [t for t in ablation if t.state == TrialState.PRUNED]
     assert skipped and len(skipped) < len(ablation)       # 10 GPU-s paid for one run, not all
     for t in skipped:
         assert t.user_attrs["status"] == "skipped" and t.user_attrs["gpu_seconds"] == 0.0

@@ -2,8 +2,10 @@
 
 Each file is written to a temporary file in its own folder, flushed to disk and renamed over
 the target (os.replace is atomic on POSIX), so a reader, a full disk or a crash never sees
-half a report, and a failed write leaves neither a truncated file nor a ``.tmp`` behind. A
-folder that cannot be used (a file in the way, read-only) is one line naming it.
+half a report, and a failed write leaves neither a truncated file nor a ``.tmp`` behind. The
+file gets the mode an ordinary ``open`` would give it (0644 under the usual umask 022), not
+mkstemp's private 0600, so teammates on a shared file system can read the report. A folder
+that cannot be used (a file in the way, read-only) is one line naming it.
 
 Example:
     >>> import tempfile
@@ -35,11 +37,18 @@ def output_dir(path: str | Path) -> Path:
     return out
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)   # reading the umask means setting it: put it straight back
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: Path, text: str) -> Path:
     """Write ``text`` to ``path`` all or nothing; OutputError names the file and the reason."""
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
             fh.flush()

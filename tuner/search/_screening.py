@@ -114,7 +114,8 @@ def _failed_system_attrs() -> dict[str, Any]:
 
 def as_sampler_sees_it(t: optuna.trial.FrozenTrial) -> optuna.trial.FrozenTrial:
     """A trial as Optuna's samplers should read it: a pruned (screened) one as the failure it
-    stands for, COMPLETE with value 0 and the constraint ``failed`` violated; any other trial
+    stands for, COMPLETE with value 0 and the constraint ``failed`` violated; a skipped run or an
+    exact repeat (stored PRUNED: it never ran) as FAIL, which samplers ignore; any other trial
     as it is. The stored trial is not changed (a copy).
 
     Example:
@@ -123,7 +124,12 @@ def as_sampler_sees_it(t: optuna.trial.FrozenTrial) -> optuna.trial.FrozenTrial:
         >>> seen.state.name, seen.value, seen.constraints, t.state.name
         ('COMPLETE', 0.0, {'failed': 1.0}, 'FAIL')
     """
-    if t.state != TrialState.FAIL or t.user_attrs.get("status") != "pruned":
+    status = t.user_attrs.get("status")
+    if t.state == TrialState.PRUNED and status in ("skipped", "repeat"):
+        seen = copy.copy(t)   # never ran, says nothing of its config: ignored, as a FAIL is
+        seen.state = TrialState.FAIL
+        return seen
+    if t.state not in (TrialState.FAIL, TrialState.PRUNED) or status != "pruned":
         return t
     seen = copy.copy(t)
     seen.state, seen.values = TrialState.COMPLETE, [0.0]

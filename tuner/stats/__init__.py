@@ -16,7 +16,6 @@ from tuner.stats._analysis import (
     format_summary,
     mean_ci,
     ratio_ci,
-    write_analysis,
 )
 from tuner.stats._configs import (
     config_estimate,
@@ -33,6 +32,7 @@ from tuner.stats._failures import (
     failure_rate,
     level_failures,
 )
+from tuner.stats._headline import gpu_hours, headline, mfu, model_flops
 from tuner.stats._importance import (
     knob_importance,
 )
@@ -85,10 +85,14 @@ __all__ = [
     "failure_model",
     "failure_rate",
     "format_summary",
+    "gpu_hours",
+    "headline",
     "holm",
     "knob_importance",
     "level_failures",
     "mean_ci",
+    "mfu",
+    "model_flops",
     "mser_start",
     "pick_finalists",
     "ranked_remeasured",
@@ -109,5 +113,4 @@ __all__ = [
     "trial_cis",
     "trial_records",
     "trial_status",
-    "write_analysis",
 ]

@@ -27,7 +27,6 @@ import json
 import math
 from collections import defaultdict
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -44,7 +43,7 @@ from tuner.stats._trial_ci import trial_cis
 
 __all__ = [
     "mean_ci", "ratio_ci", "importance_list", "marginal_effects", "trial_cis",
-    "analyze_record", "analyze_study", "write_analysis", "format_summary", "startup_share", "NA_LEVEL",
+    "analyze_record", "analyze_study", "format_summary", "startup_share", "NA_LEVEL",
 ]
 
 NA_LEVEL = "n/a"
@@ -156,7 +155,7 @@ def analyze_record(record: StudyRecord, *, n_boot: int = N_BOOT, seed: int = 0) 
     spec = record.attrs.get("spec", {})
     knobs = list(spec.get("space", {})) or sorted({k for t in trials for k in t.params})
     # queued runs the spent budget never started (status `skipped`) are not trials that ran
-    finished = [t for t in trials if t.state in ("COMPLETE", "FAIL") and t.status not in ("skipped", "repeat")]
+    finished = [t for t in trials if t.state in ("COMPLETE", "FAIL", "PRUNED") and t.status not in ("skipped", "repeat")]
     ok = [t for t in trials if t.status == "ok"]
 
     cis, noise = trial_cis(trials)
@@ -218,11 +217,6 @@ def analyze_record(record: StudyRecord, *, n_boot: int = N_BOOT, seed: int = 0) 
 def analyze_study(study, *, n_boot: int = N_BOOT, seed: int = 0) -> dict[str, Any]:
     """analysis.json of an Optuna study (see analyze_record)."""
     return analyze_record(study_record(study), n_boot=n_boot, seed=seed)
-
-
-def write_analysis(analysis: dict[str, Any], out_dir: str | Path) -> Path:
-    from tuner.report import output_dir, write_atomic  # all or nothing (issue 18)
-    return write_atomic(output_dir(out_dir) / "analysis.json", json.dumps(analysis, indent=2))
 
 
 def _fmt_ci(d: dict[str, Any] | None, scale: float = 1.0, fmt: str = ",.0f") -> str:

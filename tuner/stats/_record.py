@@ -79,7 +79,7 @@ def trial_status(t: optuna.trial.FrozenTrial) -> str:
     """
     if t.state == TrialState.COMPLETE:
         return t.user_attrs.get("status", "ok")
-    if t.state == TrialState.FAIL and t.user_attrs.get("status") in _TRUSTED_FAIL_STATUSES:
+    if t.state in (TrialState.FAIL, TrialState.PRUNED) and t.user_attrs.get("status") in _TRUSTED_FAIL_STATUSES:
         return t.user_attrs["status"]
     return {"FAIL": "fail", "RUNNING": "running", "WAITING": "waiting"}.get(t.state.name, t.state.name.lower())
 

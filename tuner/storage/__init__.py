@@ -14,6 +14,7 @@ from tuner.storage._optuna_internals import (
     fail_stale_trials,
     missing_internals,
     rdb_storage,
+    set_finished_trial_user_attrs,
     study_storage,
     trial_id,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "redact_url",
     "resolve_storage_url",
     "retry_notes",
+    "set_finished_trial_user_attrs",
     "study_storage",
     "trial_id",
     "with_retries",

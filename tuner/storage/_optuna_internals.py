@@ -25,7 +25,7 @@ from optuna.storages._rdb import models as _models
 from optuna.trial import FrozenTrial, TrialState
 
 __all__ = ["HeartbeatRDBStorage", "StudyView", "trial_id", "study_storage", "rdb_storage", "missing_internals",
-           "fail_stale_trials"]
+           "fail_stale_trials", "set_finished_trial_user_attrs"]
 
 
 def trial_id(trial: optuna.Trial | FrozenTrial) -> int:
@@ -42,6 +42,35 @@ def rdb_storage(study: optuna.Study) -> Any:
     """The storage behind the study's cache: the RDB storage, for heartbeats and locks."""
     storage = study_storage(study)
     return getattr(storage, "_backend", storage)
+
+
+def set_finished_trial_user_attrs(study: optuna.Study, trial: FrozenTrial, attrs: dict[str, Any]) -> bool:
+    """Set user attrs on a finished trial (Optuna refuses: ``check_trial_is_updatable``), so a
+    recommendation made after the study ran marks its trial where Optuna's CLI and
+    optuna-dashboard show it. Writes the rows through the RDB storage's own session and model
+    (the study's cache keeps its old copy); False, writing nothing, on any other storage."""
+    import json
+
+    from optuna.storages._rdb import models
+
+    rdb = rdb_storage(study)
+    if not isinstance(rdb, optuna.storages.RDBStorage):
+        return False
+    session = rdb.scoped_session()
+    try:
+        for key, value in attrs.items():
+            row = (session.query(models.TrialUserAttributeModel)
+                   .filter_by(trial_id=trial_id(trial), key=key).one_or_none())
+            if row is None:
+                session.add(models.TrialUserAttributeModel(trial_id=trial_id(trial), key=key,
+                                                           value_json=json.dumps(value)))
+            else:
+                row.value_json = json.dumps(value)
+        session.commit()
+    except Exception:
+        session.rollback()
+        raise
+    return True
 
 
 class HeartbeatRDBStorage(optuna.storages.RDBStorage):

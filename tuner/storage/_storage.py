@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import random
 import re
 import threading
 import time
@@ -38,10 +37,11 @@ import sqlalchemy.pool
 
 from tuner.errors import StorageError
 from tuner.storage._optuna_internals import HeartbeatRDBStorage
+from tuner.storage._retries import _TRANSIENT, OUTAGE_S, _first_line, retry_notes, with_retries
 
 __all__ = [
     "DEFAULT_STORAGE", "StorageError", "resolve_storage_url", "open_storage",
-    "admission_lock", "with_retries", "retry_notes", "redact_url", "OUTAGE_S",
+    "admission_lock", "with_retries", "retry_notes", "redact_url", "OUTAGE_S",   # retries: tuner.storage._retries
 ]
 
 DEFAULT_STORAGE = "sqlite:///tuner.db"
@@ -235,15 +235,6 @@ def _schema_lock(url: str, create_tables: bool) -> Iterator[None]:
         engine.dispose()
 
 
-def _first_line(exc: BaseException) -> str:
-    # Optuna wraps driver errors in StorageInternalError("An exception is raised during the
-    # commit..."): the driver's own message (its __cause__) is the one that names the problem.
-    cause = exc.__cause__ if isinstance(exc, optuna.exceptions.StorageInternalError) and exc.__cause__ else exc
-    orig = getattr(cause, "orig", None) or cause
-    text = [line.strip() for line in str(orig).strip().splitlines() if line.strip()]
-    return text[0] if text else type(orig).__name__
-
-
 # ------------------------------------------------------------------------ admission lock
 
 _thread_locks: dict[str, threading.Lock] = {}
@@ -310,76 +301,3 @@ def admission_lock(storage: optuna.storages.BaseStorage, study_name: str) -> Ite
         lock = _thread_locks.setdefault(f"{url}:{study_name}", threading.Lock())
         with lock:
             yield
-
-
-# ------------------------------------------------------------------------------ retries
-
-_TRANSIENT = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError,
-              sqlalchemy.exc.DisconnectionError)
-
-
-def _transient_cause(exc: BaseException) -> BaseException | None:
-    """The dropped-connection error behind ``exc`` (Optuna wraps it), or None."""
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        if isinstance(cur, _TRANSIENT):
-            return cur
-        seen.add(id(cur))
-        cur = cur.__cause__ or cur.__context__
-    return None
-
-
-OUTAGE_S = 300.0
-"""How long bookkeeping calls wait out an unreachable storage (issue 18: outages up to 5 minutes)."""
-
-_retry_logs: list[Callable[[str], None]] = []
-
-
-@contextlib.contextmanager
-def retry_notes(log: Callable[[str], None]) -> Iterator[None]:
-    """Send every retry's note (what failed, why, when the next try is) to ``log`` meanwhile,
-    for calls that pass no ``log`` of their own: the coordinator's progress display says the
-    storage is down while it waits, instead of going silent."""
-    _retry_logs.append(log)
-    try:
-        yield
-    finally:
-        _retry_logs.remove(log)
-
-
-def with_retries(fn: Callable[[], T], *, what: str, attempts: int | None = None, base_delay_s: float = 0.5,
-                 max_delay_s: float = 15.0, outage_s: float = OUTAGE_S,
-                 log: Callable[[str], None] | None = None) -> T:
-    """Call ``fn``; on a dropped database connection retry with exponential backoff and jitter.
-
-    A PostgreSQL restart or an outage of up to ``outage_s`` (5 minutes) must not kill
-    coordinators: bookkeeping calls (ask, set attrs, tell) are retried until then (or for
-    ``attempts`` tries, when given), with a note before each retry (to ``log``, else to the
-    :func:`retry_notes` listener), then StorageError is raised. Errors that are not a lost
-    connection (bad data, a finished trial) are raised at once.
-
-    Example:
-        >>> with_retries(lambda: 42, what="answering")
-        42
-    """
-    t0 = time.monotonic()
-    attempt = 0
-    while True:
-        try:
-            return fn()
-        except (optuna.exceptions.StorageInternalError, *_TRANSIENT) as exc:
-            err = _transient_cause(exc)
-            if err is None:
-                raise
-        attempt += 1
-        elapsed = time.monotonic() - t0
-        delay = min(max_delay_s, base_delay_s * 2 ** min(attempt - 1, 30)) * (0.5 + random.random() / 2)
-        if (attempts is not None and attempt >= attempts) or elapsed + delay > outage_s:
-            raise StorageError(f"{what}: storage unreachable after {attempt} tries in {elapsed:.0f} s: "
-                               f"{_first_line(err)}") from err
-        note = (f"{what}: storage unreachable for {elapsed:.0f} s ({_first_line(err)}); retry {attempt} "
-                f"in {delay:.1f} s, giving up after {outage_s:.0f} s")
-        for sink in ([log] if log else _retry_logs[-1:]):
-            sink(note)
-        time.sleep(delay)

@@ -55,6 +55,8 @@ class RunSummary:
     """Why the loop ended: `budget`, `max_trials`, `interrupted`, `search exhausted` (every config ran)."""
     simulated: bool = False
     """Trials came from the sim launcher's performance model, not from real jobs."""
+    recommendation: dict[str, Any] | None = None
+    """What `tuner analyze`/`report` last recommended (the study attr ``recommendation``), or None."""
 
 
 def retry_once(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
@@ -206,7 +208,7 @@ def summarize(study: optuna.Study, *, launched: int = 0, stopped: str = "") -> R
     trials = study.get_trials(deepcopy=False)
     limit = float(study.user_attrs.get("budget_limit_gpu_seconds", 0.0))
     statuses = Counter(trial_status(t) for t in trials
-                       if t.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING))
+                       if t.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED, TrialState.RUNNING))
     best = None
     ok = [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("status") == "ok"]
     if ok:
@@ -216,7 +218,8 @@ def summarize(study: optuna.Study, *, launched: int = 0, stopped: str = "") -> R
     return RunSummary(study_name=study.study_name, launched=launched, statuses=dict(statuses),
                       used_gpu_seconds=ledger_from_trials(trials, limit).used_gpu_seconds,
                       limit_gpu_seconds=limit, best=best, stopped=stopped,
-                      simulated=bool(study.user_attrs.get("simulated", False)))
+                      simulated=bool(study.user_attrs.get("simulated", False)),
+                      recommendation=study.user_attrs.get("recommendation"))
 
 
 def load_existing_study(storage: str | Any, study_name: str) -> optuna.Study:

@@ -1,0 +1,58 @@
+"""RECIPE.md is safe to apply: it states the plan it prices, warns wherever it forces NCCL,
+and offers the per-collective choice as NCCL's tuner-plugin configuration (issue 33, item 2)."""
+
+import copy
+
+import pytest
+
+from tests.stats.test_analysis import synthetic_study
+from tuner.report import render_nccl_tuner_conf, render_recipe
+from tuner.stats import analyze_study
+
+
+@pytest.fixture(scope="module")
+def analysis():
+    a = analyze_study(synthetic_study(n=24, seed=5), n_boot=0)
+    a["spec"]["cluster"].update(nodes=4, gpus_per_node=8, gpu="H100-80GB", backend="nccl")
+    a["spec"]["model"] = {"preset": "llama-2-7b", "seq_len": 2048}
+    return a
+
+
+def _forcing(analysis, **params):
+    a = copy.deepcopy(analysis)
+    a["best"]["params"].update(params)
+    return a
+
+
+def test_the_headline_states_the_plan_it_prices_and_the_mfu(analysis):
+    recipe = render_recipe(analysis, planned_tokens=3e9)
+    head = recipe.split("## Apply")[0]
+    assert f"Recommended: trial {analysis['best']['trial']}" in head and "MFU " in head
+    assert "on a planned run of 3e+09 tokens (`--planned-tokens`) on 32 GPU(s)" in head and "GPU-h" in head
+
+
+def test_a_forced_protocol_carries_a_warning_and_a_tuner_plugin_config(analysis):
+    a = _forcing(analysis, nccl_proto="LL128", nccl_algo="Ring")
+    recipe = render_recipe(a)
+    apply = recipe.split("## What it buys")[0]
+    assert "export NCCL_PROTO=LL128   # forced: see the warning below" in apply
+    assert "**Warning: `NCCL_ALGO=Ring` and `NCCL_PROTO=LL128` force NCCL's choice" in apply
+    assert "discourages setting `NCCL_PROTO`" in apply and "corrupt data" in apply
+    conf = render_nccl_tuner_conf(a)
+    rows = [ln for ln in conf.splitlines() if not ln.startswith("#")]
+    assert rows == [f"{c},0,4294967295,ring,ll128,-1,4,32,-1,-1" for c in ("allgather", "reducescatter", "allreduce")]
+    assert "NCCL_TUNER_CONFIG_FILE" in conf and "NCCL_TUNER_PLUGIN" in conf
+    assert all(row in apply for row in rows)                    # the recipe shows the same lines
+
+
+def test_one_forced_choice_gives_a_commented_template_and_none_gives_no_config(analysis):
+    a = _forcing(analysis, nccl_proto="LL128", nccl_algo="default")
+    conf = render_nccl_tuner_conf(a)
+    assert not [ln for ln in conf.splitlines() if not ln.startswith("#")]     # nothing active to apply blindly
+    assert "# allgather,0,4294967295,ALGORITHM,ll128,-1,4,32,-1,-1" in conf
+    assert "unset NCCL_ALGO" in render_recipe(a) and "Warning: `NCCL_PROTO=LL128` forces" in render_recipe(a)
+    quiet = _forcing(analysis, nccl_proto="default", nccl_algo="default")
+    assert render_nccl_tuner_conf(quiet) is None and "Warning" not in render_recipe(quiet).split("## What it buys")[0]
+    gloo = copy.deepcopy(a)
+    gloo["spec"]["cluster"]["backend"] = "gloo"
+    assert render_nccl_tuner_conf(gloo) is None and "export NCCL_" not in render_recipe(gloo)
