@@ -59,6 +59,10 @@ class ModelGrid:
                               np.array([bool(f["activation_checkpointing"]) for f in self.full]),
                               np.array([int(f["grad_accum"]) > 1 for f in self.full]),
                               np.array([str(f["padding"]) for f in self.full]))
+        rows: dict[tuple, int] = {}
+        self.row_len = np.array([rows.setdefault((f["padding"], f["micro_batch"]),
+                                                 model.spec_model_inputs(f, spec).seq_len) for f in self.full])
+        """Each config's computed row length (screening's OOM rule compares them)."""
         names = sorted({memory_region(f) for f in self.full})
         self.regions = np.array([names.index(memory_region(f)) for f in self.full])
         """Each config's memory region (tuner.search.memory_region), as an index."""

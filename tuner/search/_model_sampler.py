@@ -70,6 +70,8 @@ NOISE_SD = 0.02
 MODEL_WEIGHT_SD = 0.5
 """Prior sd of the model's weight around 1 (tuner.search's evidence GP): a handful of
 measurements that the model's differences between configs do not explain bring it near 0."""
+MIN_FIT = 6
+"""Measured configs before the evidence GP's scales are fitted to them (type-II ML)."""
 PICKS = ("startup", "cover", "probe", "ei", "ei_per_cost", "ei_per_cost_same_model")
 """The sampler's own picks (``model_pick``), as opposed to enqueued trials."""
 
@@ -215,9 +217,9 @@ class ModelGuidedSampler(BaseSampler):
                 i = grid.index.get(grid.key_of_trial(t.params))
                 if i is None:
                     continue
-                mb, ckpt, accum, pad = grid.memory_traits
+                mb, ckpt, accum, _ = grid.memory_traits  # screening's OOM rule (tuner.search)
                 dominated = ((grid.mem_gb >= grid.mem_gb[i]) & (mb >= mb[i]) & (~ckpt | ckpt[i])
-                             & (accum == accum[i]) & (pad == pad[i]))
+                             & (accum == accum[i]) & (grid.row_len >= grid.row_len[i]))
                 alive &= ~dominated
         beyond = alive & ~fits_line  # written off by the memory line alone: what a probe tests
         alive &= fits_line
@@ -309,9 +311,12 @@ class ModelGuidedSampler(BaseSampler):
         r = y_obs - m_obs
         signal = PRIOR_RESIDUAL_SD if len(r) < 3 else float(np.clip(1.25 * np.sqrt(np.mean((r - r.mean())**2)),
                                                                      0.03, 0.3))
-        k = max(1, x_cand.shape[1])
-        opts = dict(level_sd=1.5 * signal / math.sqrt(k), interaction_sd=signal / 2, noise_sd=NOISE_SD,
-                    weight_sd=MODEL_WEIGHT_SD)
+        if len(y_obs) >= MIN_FIT:  # how much the knobs move throughput here, from the measurements
+            level_sd, interaction_sd = surrogate.evidence_scales(x_obs, y_obs, m_obs, noise_sd=NOISE_SD,
+                                                                 weight_sd=MODEL_WEIGHT_SD)
+        else:  # before that, the model's prior spread (its error where measured) over the knobs
+            level_sd, interaction_sd = 1.5 * signal / math.sqrt(max(1, x_cand.shape[1])), signal / 2
+        opts = dict(level_sd=level_sd, interaction_sd=interaction_sd, noise_sd=NOISE_SD, weight_sd=MODEL_WEIGHT_SD)
         if len(x_pend):
             mean_p, _, _ = surrogate.evidence_gp(x_obs, y_obs, m_obs, x_pend, m_pend, **opts)
             x_obs, y_obs, m_obs = np.vstack([x_obs, x_pend]), np.concatenate([y_obs, mean_p]), np.concatenate([m_obs, m_pend])
