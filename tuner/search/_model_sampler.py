@@ -7,15 +7,23 @@ parallel coordinators and optuna-dashboard work as with any other. For every tri
    RUNNING trials;
 2. refits helper's few constants to the ok measurements (``helper.fit_calibration``, the fit
    ``tuner distill`` runs, here online; priors = the shipped calibration);
-3. predicts every config of the spec's grid with the refitted model and corrects it with a GP
-   on the model's log residuals (tuner.search); RUNNING trials count as measured at their
-   predicted value (a "kriging believer" constant liar) so parallel coordinators diverge;
-4. proposes, for its first ``n_startup`` picks, the best-predicted config at least two knobs
-   away from everything tried (diverse top predictions, not random trials), then the config
-   of highest expected improvement x the probability that it fits in memory (peak ratios
-   learned from this study) x 1/2 for an NCCL setting whose version-dependent rule is
-   still unsettled, per expected second of the trial (cost-aware EI, Snoek et al. 2012,
-   "EI per second"); never a config already finished, running, failed or pruned.
+3. predicts every config of the spec's grid with the refitted model and lets this study's
+   measurements overrule it (tuner.search's evidence GP): the model is the prior mean with a
+   weight learned from the measurements (``model_weight``: near 1 where its differences
+   between configs hold, towards 0 where they do not), each knob level has its own effect
+   learned from every config that has it (an additive kernel), and the knobs' combinations a
+   GP on top; the scales are fitted to the measurements (type-II ML), so where the model
+   misses, exploration grows. RUNNING trials count as measured at their predicted value (a
+   "kriging believer" constant liar) so parallel coordinators diverge;
+4. proposes the model's top prediction first, then covers the space: each pick measures the
+   most knob levels no trial has measured yet (``cover``; a knob's effect is never assumed
+   from the model alone, whether the model calls it neutral or not); then, for a memory region
+   whose configs beyond the line could beat the best measured, the probe screening would run
+   there (``probe``, tuner.search); then the config of highest expected improvement x the
+   probability that it fits in memory (peak ratios learned from this study, per memory region
+   where measured) x 1/2 for an NCCL setting whose version-dependent rule is still unsettled,
+   per expected second of the trial (cost-aware EI, Snoek et al. 2012, "EI per second");
+   never a config already finished, running, failed or pruned.
 
 A trial's expected seconds are the set-up its switch needs from this coordinator's resident
 worker (nothing, a new data loader, a model rebuild, new communicators, a fresh worker:
@@ -26,9 +34,10 @@ warm worker also keeps its model while that model's build is more than
 rebuild run as a batch, and set-up stays under a quarter of trial time.
 
 Knobs helper's model does not know (or a float range) are left to a TPE sampler. Each trial
-it picks carries user attrs ``predicted_tokens_per_sec_per_gpu`` (the calibrated model's
-mean), ``predicted_rel_sd``, ``model_pick`` (`startup`, `ei_per_cost`,
-`ei_per_cost_same_model`, `enqueued`: why it was picked), ``model_switch`` (what it needs of
+it picks carries user attrs ``predicted_tokens_per_sec_per_gpu`` (the belief's mean),
+``predicted_rel_sd``, ``model_weight``, ``model_error_sd``, ``model_pick`` (`startup`,
+`cover`, `probe`, `ei_per_cost`, `ei_per_cost_same_model`, `enqueued`: why it was picked),
+``model_switch`` (what it needs of
 the worker) and ``predicted_trial_seconds``, surfaced as "predicted vs measured" by analysis
 and the report.
 """
@@ -67,9 +76,11 @@ rest goes to every trial's data-loader set-up, fresh workers and the ablation's 
 (7B x 32 sim: 0.25 gave 31 %, 0.125 gives 24 %, docs/benchmarks.md)."""
 NOISE_SD = 0.02
 """Log sd of one trial's mean: the sim's 1% run-to-run offset plus a 2% CI target."""
-MODEL_WEIGHT_SD = 0.5
-"""Prior sd of the model's weight around 1 (tuner.search's evidence GP): a handful of
-measurements that the model's differences between configs do not explain bring it near 0."""
+MODEL_WEIGHT_SD = 1.0
+"""Prior sd of the model's weight around 1 (tuner.search's evidence GP): wide enough that a
+handful of measurements the model's differences between configs do not explain bring it near
+0 rather than being spread over every knob level's own effect (a test: 7 configs measured
+inversely to helper's prediction give a weight of 0.09 at 1.0, 0.66 at 0.5)."""
 MIN_FIT = 6
 """Measured configs before the evidence GP's scales are fitted to them (type-II ML)."""
 PICKS = ("startup", "cover", "probe", "ei", "ei_per_cost", "ei_per_cost_same_model")

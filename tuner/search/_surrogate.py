@@ -1,6 +1,8 @@
 """The model-guided sampler's math, pure: plain arrays in, numbers out (tuner.search).
 
-The surrogate is helper's calibrated model times a learned correction:
+The sampler's belief is :func:`evidence_gp` (the model as a prior mean with a learned weight,
+each knob level's own effect, interactions; scales by :func:`evidence_scales`). The older
+:func:`residual_gp` is helper's calibrated model times a learned correction:
 
     log y(x) = log model(x; constants refitted to this study) + r(x),
     r ~ GP(0, s^2 exp(-hamming(x, x') / ell)) + N(0, noise^2)
