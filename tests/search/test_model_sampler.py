@@ -61,7 +61,8 @@ def test_running_trials_and_finished_configs_are_never_proposed_again():
         t.set_user_attr("status", "ok")
         study.tell(t, 4500.0)
     picks = [t.user_attrs.get("model_pick") for t in study.get_trials()]
-    assert picks[:3] == ["startup"] * 3 and "ei_per_cost" in picks
+    # the top prediction first (twice: nothing measured yet), then knob levels never measured
+    assert picks[:2] == ["startup"] * 2 and set(picks[2:]) == {"cover"}
 
 
 def test_enqueued_baseline_keeps_its_params():
@@ -120,7 +121,8 @@ def test_with_equal_ei_the_pick_keeps_the_warm_workers_model_and_cold_trials_do_
             sampler.worker = Worker(params={"sharding": layout, "micro_batch": 1})
             params, attrs = sampler.propose(done)
             picks[resident, layout] = params["sharding"], attrs["model_switch"]
-            assert attrs["model_pick"] == "ei_per_cost" and params["micro_batch"] == 2
+            # micro_batch 2 is the level never measured: it is covered first, at the least set-up
+            assert attrs["model_pick"] == "cover" and params["micro_batch"] == 2
     # warm: the worker's model stays (micro_batch needs nothing); a rebuild is the dearer pick
     assert picks[True, "full_shard"] == ("full_shard", "none")
     assert picks[True, "hybrid_shard"] == ("hybrid_shard", "none")
@@ -165,3 +167,76 @@ def test_a_candidate_that_would_outrun_its_budget_cap_is_weighted_out():
     assert p[0] > 0.99 and p[1] < 0.01 and p[2] == 0.0
     # before any trial finished, the cap is the spec's (3 x its first estimate): nothing is ruled out
     assert sampler._prob_within_cap([], np.array([cap_s * 2]), np.array([process]), np.array([0.1]))[0] > 0.99
+
+
+# ------------------------------------------------------------------ evidence overrules the model (issue 28)
+
+def _small_spec(space, baseline):
+    from tuner.spec import parse_spec
+
+    raw = _spec().to_dict()
+    raw.pop("budget")
+    raw["space"], raw["baseline"] = space, baseline
+    raw["trial"] = {**raw["trial"], "resident": False}
+    return parse_spec(raw)
+
+
+def _ran(spec, params, value, peak_ratio=None):
+    from tuner.search import distribution, predicted_memory_gb
+
+    attrs = {"status": "ok"}
+    if peak_ratio is not None:  # measured peak = ratio x helper's prediction (GB -> GiB)
+        attrs["peak_mem_gib"] = peak_ratio * predicted_memory_gb(spec, complete_params(params, spec)) * 1e9 / 2**30
+    return optuna.trial.create_trial(params=params, distributions={k: distribution(spec.knob(k)) for k in params},
+                                     value=value, user_attrs=attrs)
+
+
+def test_every_level_of_every_searched_knob_is_measured_early_even_those_the_model_calls_neutral():
+    # helper: prefetch_factor has no steady-state effect, num_workers none beyond 2
+    spec = _small_spec({"num_workers": [0, 2, 4, 8], "prefetch_factor": [2, 4, 8], "micro_batch": [1, 2]},
+                       {"num_workers": 2, "prefetch_factor": 2, "micro_batch": 1})
+    sampler, done = ModelGuidedSampler(spec), []
+    for _ in range(5):
+        params, attrs = sampler.propose(done)
+        done.append(_ran(spec, params, 3000.0))
+    assert [t.user_attrs.get("model_pick") for t in done] == [None] * 5  # (attrs go to the study, not here)
+    for knob in ("num_workers", "prefetch_factor", "micro_batch"):
+        assert {t.params.get(knob) for t in done} >= set(spec.knob(knob).choices), knob
+
+
+def test_the_model_weight_drops_when_measurements_contradict_it():
+    spec = _small_spec({"micro_batch": [1, 2], "num_workers": [0, 2, 4, 8]},
+                       {"micro_batch": 1, "num_workers": 2})
+    sampler = ModelGuidedSampler(spec)
+    # where helper predicts faster, it is slower here, by as much (and the other way round)
+    agree, against = [], []
+    for mb in (1, 2):
+        for nw in (0, 2, 4, 8):
+            p = {"micro_batch": mb, "num_workers": nw}
+            _, attrs = sampler.propose([], fixed=p)
+            agree.append(_ran(spec, p, attrs["predicted_tokens_per_sec_per_gpu"]))
+            against.append(_ran(spec, p, 1e8 / attrs["predicted_tokens_per_sec_per_gpu"]))
+    keep = agree[:-1]
+    against = against[:-1]
+    _, trusted = ModelGuidedSampler(spec).propose(keep)
+    _, overruled = ModelGuidedSampler(spec).propose(against)
+    assert trusted["model_weight"] > 0.7
+    assert overruled["model_weight"] < 0.3
+
+
+def test_a_region_the_model_writes_off_gets_one_probe_its_cheapest_config_beyond_the_line():
+    # 13B x 8: helper predicts any grad_accum > 1 needs 86-88 GB (an unsharded fp32 buffer); this
+    # study measured peaks 10% above helper's, so the line (0.95 x 1.1 x prediction) excludes them
+    spec = _small_spec({"grad_accum": [1, 2, 4], "micro_batch": [1, 2], "activation_checkpointing": [True]},
+                       {"grad_accum": 1, "micro_batch": 1, "activation_checkpointing": True})
+    done = [_ran(spec, {"grad_accum": 1, "micro_batch": mb, "activation_checkpointing": True}, 3000.0 + mb,
+                 peak_ratio=1.1) for mb in (1, 2)]
+    params, attrs = ModelGuidedSampler(spec).propose(done, probes=[])
+    assert attrs["model_pick"] == "probe"
+    assert params["grad_accum"] > 1 and params["micro_batch"] == 1
+    # once that probe is pending, the region waits for it (nothing left but the probe's siblings)
+    probe = {"region": "x", "params": params}
+    from tuner.search import memory_region
+
+    probe["region"] = memory_region(complete_params(params, spec))
+    assert ModelGuidedSampler(spec).propose(done, probes=[probe]) is None

@@ -144,3 +144,77 @@ def test_the_memory_boundary_comes_from_the_specs_stack():
     assert own > capacity * 1.1 > capacity > theirs
     assert screen(_study(), spec, complete_params(params, spec)).rule == "memory"
     assert screen(_study(), foundry, complete_params(params, foundry)) is None
+
+
+# ------------------------------------------------------------------ probes (issue 28)
+SPEC_7B = "studies/llama7b-h100x32.toml"
+ACCUM = {**OK, "micro_batch": 4, "grad_accum": 8, "activation_checkpointing": False}
+"""issue 28's optimum: helper predicts 93 GB (an unsharded fp32 accumulation buffer)."""
+BIG = {**ACCUM, "micro_batch": 8}
+"""Further over the line (152 GB predicted)."""
+
+
+def _ran_as_predicted(study, spec):
+    """An ok trial whose measured peak is helper's prediction: the line is then at 0.95 x
+    capacity (80 GiB = 85.9 GB), and 93 GB is over it."""
+    small = {**OK, "micro_batch": 2}
+    _add(study, spec, small, "ok", 5000.0, peak_mem_gib=predicted_memory_gb(spec, complete_params(small, spec)) / 1.0737)
+
+
+def test_a_memory_prune_queues_the_cheapest_probe_of_its_region_once():
+    from tuner.search import PROBES_ATTR, memory_region
+
+    spec = _spec(SPEC_7B)
+    study = _study()
+    _ran_as_predicted(study, spec)
+    v = screen(study, spec, complete_params(BIG, spec))
+    assert v.rule == "memory" and "probe" in v.reason
+    queued = [t for t in study.get_trials() if t.state == TrialState.WAITING]
+    assert len(queued) == 1 and queued[0].user_attrs["probe"] == "memory"
+    probe = complete_params(queued[0].system_attrs["fixed_params"], spec)
+    assert memory_region(probe) == memory_region(complete_params(ACCUM, spec))
+    # the cheapest config of the region over the line, the best run's other knobs
+    assert (probe["micro_batch"], probe["grad_accum"] > 1, probe["activation_checkpointing"]) == (4, True, False)
+    assert predicted_memory_gb(spec, probe) > 80 >= predicted_memory_gb(spec, {**probe, "micro_batch": 2})
+    assert probe["num_workers"] == OK["num_workers"]
+    # while it is pending, another proposal of the region queues nothing more
+    assert screen(study, spec, complete_params({**ACCUM, "grad_accum": 4}, spec)).rule == "memory"
+    assert len([t for t in study.get_trials() if t.state == TrialState.WAITING]) == 1
+    assert len(study.user_attrs[PROBES_ATTR]) == 1
+
+
+def test_a_probe_that_runs_moves_the_line_for_the_whole_study_and_counts_as_a_contradiction():
+    from tuner.search import PROBES_ATTR, screening_summary
+
+    spec = _spec(SPEC_7B)
+    study = _study()
+    _ran_as_predicted(study, spec)
+    assert screen(study, spec, complete_params(BIG, spec)).rule == "memory"
+    probe = next(t for t in study.get_trials() if t.state == TrialState.WAITING).system_attrs["fixed_params"]
+    _add(study, spec, probe, "ok", 6000.0, peak_mem_gib=60.0)  # it fits: bf16 buffer on this cluster
+    assert screen(study, spec, complete_params(ACCUM, spec)) is None  # beyond the old line, now inside
+    got = screening_summary(study.get_trials(), spec, study.user_attrs[PROBES_ATTR])
+    assert got["probes"] == 1 and got["contradicted"] == 1 and got["screened"] == 0
+
+
+def test_a_probe_that_runs_out_of_memory_closes_its_region():
+    spec = _spec(SPEC_7B)
+    study = _study()
+    _ran_as_predicted(study, spec)
+    screen(study, spec, complete_params(BIG, spec))
+    probe = next(t for t in study.get_trials() if t.state == TrialState.WAITING).system_attrs["fixed_params"]
+    _add(study, spec, probe, "oom", 0.0)
+    n = len(study.get_trials())
+    v = screen(study, spec, complete_params(ACCUM, spec))
+    assert v.rule == "memory" and "probe" not in v.reason and len(study.get_trials()) == n
+
+
+def test_a_proposal_as_cheap_as_its_regions_probe_is_the_probe_and_runs():
+    from tuner.search import PROBES_ATTR
+
+    spec = _spec(SPEC_7B)
+    study = _study()
+    _ran_as_predicted(study, spec)
+    assert screen(study, spec, complete_params(ACCUM, spec)) is None
+    assert [p["params"]["grad_accum"] for p in study.user_attrs[PROBES_ATTR]] == [8]
+    assert not [t for t in study.get_trials() if t.state == TrialState.WAITING]

@@ -39,3 +39,49 @@ def test_padded_rows_packed_and_max_length():
     assert padded_rows("max_length", 1024, 2, 256.0) == (1024, 0.25, 1.0)
     row, eff, per_row = padded_rows("packed", 1024, 2, 256.0)
     assert (row, eff, per_row) == (1024, 1.0, 4.0)
+
+
+# ------------------------------------------------------------------ evidence overrules the model (issue 28)
+def _configs(n_knobs=4, levels=3):
+    import itertools
+
+    return np.array(list(itertools.product(range(levels), repeat=n_knobs)))
+
+
+def test_evidence_gp_keeps_a_model_that_explains_the_measurements():
+    from tuner.search._surrogate import evidence_gp
+
+    x = _configs()
+    model = 0.1 * x[:, 0] - 0.05 * x[:, 1]  # the model's log predictions
+    rng = np.random.default_rng(0)
+    tried = rng.choice(len(x), 12, replace=False)
+    y = model[tried] + 0.3 + rng.normal(0, 0.01, 12)  # the model, off by a constant
+    mean, _, weight = evidence_gp(x[tried], y, model[tried], x, model, level_sd=0.05, interaction_sd=0.02,
+                                  noise_sd=0.02)
+    assert 0.8 < weight < 1.2
+    assert x[np.argmax(mean)][:2].tolist() == [2, 0]  # the model's best (knobs 2 and 3 do not matter)
+
+
+def test_evidence_gp_drops_a_wrong_model_and_learns_each_knobs_levels_from_measurements():
+    from tuner.search._surrogate import evidence_gp
+
+    x = _configs()
+    model = 0.1 * x[:, 0]  # the model: knob 0 matters, knob 2 is neutral
+    truth = -0.02 * x[:, 0] + 0.08 * (x[:, 2] == 1)  # here knob 0 barely matters and knob 2's level 1 wins
+    rng = np.random.default_rng(1)
+    tried = rng.choice(len(x), 15, replace=False)
+    mean, sd, weight = evidence_gp(x[tried], truth[tried], model[tried], x, model, level_sd=0.05,
+                                   interaction_sd=0.02, noise_sd=0.02)
+    assert weight < 0.4  # the model's differences do not explain the measurements: its weight drops
+    best = x[np.argmax(mean)]
+    assert best[2] == 1  # a level the model calls neutral, learned from the configs that have it
+    untried = np.setdiff1d(np.arange(len(x)), tried)
+    assert np.corrcoef(mean[untried], truth[untried])[0, 1] > 0.8
+
+
+def test_cover_gain_counts_levels_never_measured():
+    from tuner.search._surrogate import cover_gain
+
+    covered = np.zeros((2, 3), dtype=bool)
+    covered[0, 0] = covered[1, 0] = True
+    assert cover_gain(np.array([[0, 0], [1, 2], [0, 2]]), covered).tolist() == [0, 2, 1]

@@ -27,14 +27,19 @@ from tuner.search._samplers import (
     model_knows,
 )
 from tuner.search._screening import (
+    MEMORY_KNOBS,
     PRIOR_MEMORY_MARGIN,
+    PROBES_ATTR,
     Verdict,
     as_sampler_sees_it,
     is_deliberate,
+    memory_probe,
     memory_ratio_low,
+    memory_region,
     nccl_problem,
     predicted_memory_gb,
     screen,
+    screening_summary,
 )
 from tuner.search._space import (
     distribution,
@@ -43,8 +48,10 @@ from tuner.search._space import (
 
 __all__ = [
     "AskTellGridSampler",
+    "MEMORY_KNOBS",
     "ModelGuidedSampler",
     "PRIOR_MEMORY_MARGIN",
+    "PROBES_ATTR",
     "REPEAT",
     "Verdict",
     "as_sampler_sees_it",
@@ -52,12 +59,15 @@ __all__ = [
     "distribution",
     "is_deliberate",
     "make_sampler",
+    "memory_probe",
     "memory_ratio_low",
+    "memory_region",
     "model_knows",
     "nccl_problem",
     "predicted_memory_gb",
     "screen",
     "screen_repeat",
+    "screening_summary",
     "suggest_params",
     "top_prediction",
 ]

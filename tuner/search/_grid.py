@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from tuner import budget, knobs, model
-from tuner.search._screening import nccl_problem, predicted_memory_gb
+from tuner.search._screening import memory_region, nccl_problem, predicted_memory_gb
 from tuner.spec import StudySpec, complete_params
 
 __all__ = ["ModelGrid", "MODEL_KNOBS", "knobs_active"]
@@ -59,6 +59,13 @@ class ModelGrid:
                               np.array([bool(f["activation_checkpointing"]) for f in self.full]),
                               np.array([int(f["grad_accum"]) > 1 for f in self.full]),
                               np.array([str(f["padding"]) for f in self.full]))
+        rows: dict[tuple, int] = {}
+        self.row_len = np.array([rows.setdefault((f["padding"], f["micro_batch"]),
+                                                 model.spec_model_inputs(f, spec).seq_len) for f in self.full])
+        """Each config's computed row length (screening's OOM rule compares them)."""
+        names = sorted({memory_region(f) for f in self.full})
+        self.regions = np.array([names.index(memory_region(f)) for f in self.full])
+        """Each config's memory region (tuner.search.memory_region), as an index."""
         self._plans: dict[Any, Any] = {}
         self._plan_of: dict[tuple[int, float], tuple[Any, float] | None] = {}
 

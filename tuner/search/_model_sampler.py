@@ -7,15 +7,23 @@ parallel coordinators and optuna-dashboard work as with any other. For every tri
    RUNNING trials;
 2. refits helper's few constants to the ok measurements (``helper.fit_calibration``, the fit
    ``tuner distill`` runs, here online; priors = the shipped calibration);
-3. predicts every config of the spec's grid with the refitted model and corrects it with a GP
-   on the model's log residuals (tuner.search); RUNNING trials count as measured at their
-   predicted value (a "kriging believer" constant liar) so parallel coordinators diverge;
-4. proposes, for its first ``n_startup`` picks, the best-predicted config at least two knobs
-   away from everything tried (diverse top predictions, not random trials), then the config
-   of highest expected improvement x the probability that it fits in memory (peak ratios
-   learned from this study) x 1/2 for an NCCL setting whose version-dependent rule is
-   still unsettled, per expected second of the trial (cost-aware EI, Snoek et al. 2012,
-   "EI per second"); never a config already finished, running, failed or pruned.
+3. predicts every config of the spec's grid with the refitted model and lets this study's
+   measurements overrule it (tuner.search's evidence GP): the model is the prior mean with a
+   weight learned from the measurements (``model_weight``: near 1 where its differences
+   between configs hold, towards 0 where they do not), each knob level has its own effect
+   learned from every config that has it (an additive kernel), and the knobs' combinations a
+   GP on top; the scales are fitted to the measurements (type-II ML), so where the model
+   misses, exploration grows. RUNNING trials count as measured at their predicted value (a
+   "kriging believer" constant liar) so parallel coordinators diverge;
+4. proposes the model's top prediction first, then covers the space: each pick measures the
+   most knob levels no trial has measured yet (``cover``; a knob's effect is never assumed
+   from the model alone, whether the model calls it neutral or not); then, for a memory region
+   whose configs beyond the line could beat the best measured, the probe screening would run
+   there (``probe``, tuner.search); then the config of highest expected improvement x the
+   probability that it fits in memory (peak ratios learned from this study, per memory region
+   where measured) x 1/2 for an NCCL setting whose version-dependent rule is still unsettled,
+   per expected second of the trial (cost-aware EI, Snoek et al. 2012, "EI per second");
+   never a config already finished, running, failed or pruned.
 
 A trial's expected seconds are the set-up its switch needs from this coordinator's resident
 worker (nothing, a new data loader, a model rebuild, new communicators, a fresh worker:
@@ -26,9 +34,10 @@ warm worker also keeps its model while that model's build is more than
 rebuild run as a batch, and set-up stays under a quarter of trial time.
 
 Knobs helper's model does not know (or a float range) are left to a TPE sampler. Each trial
-it picks carries user attrs ``predicted_tokens_per_sec_per_gpu`` (the calibrated model's
-mean), ``predicted_rel_sd``, ``model_pick`` (`startup`, `ei_per_cost`,
-`ei_per_cost_same_model`, `enqueued`: why it was picked), ``model_switch`` (what it needs of
+it picks carries user attrs ``predicted_tokens_per_sec_per_gpu`` (the belief's mean),
+``predicted_rel_sd``, ``model_weight``, ``model_error_sd``, ``model_pick`` (`startup`,
+`cover`, `probe`, `ei_per_cost`, `ei_per_cost_same_model`, `enqueued`: why it was picked),
+``model_switch`` (what it needs of
 the worker) and ``predicted_trial_seconds``, surfaced as "predicted vs measured" by analysis
 and the report.
 """
@@ -49,7 +58,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner import budget, knobs, model
 from tuner.search import _surrogate as surrogate
 from tuner.search._grid import MODEL_KNOBS, ModelGrid
-from tuner.search._screening import PRIOR_MEMORY_MARGIN
+from tuner.search._screening import MEMORY_KNOBS, PRIOR_MEMORY_MARGIN, PROBES_ATTR, memory_probe
 from tuner.search._space import distribution
 from tuner.spec import StudySpec, complete_params
 from tuner.storage import study_storage, trial_id
@@ -67,6 +76,15 @@ rest goes to every trial's data-loader set-up, fresh workers and the ablation's 
 (7B x 32 sim: 0.25 gave 31 %, 0.125 gives 24 %, docs/benchmarks.md)."""
 NOISE_SD = 0.02
 """Log sd of one trial's mean: the sim's 1% run-to-run offset plus a 2% CI target."""
+MODEL_WEIGHT_SD = 1.0
+"""Prior sd of the model's weight around 1 (tuner.search's evidence GP): wide enough that a
+handful of measurements the model's differences between configs do not explain bring it near
+0 rather than being spread over every knob level's own effect (a test: 7 configs measured
+inversely to helper's prediction give a weight of 0.09 at 1.0, 0.66 at 0.5)."""
+MIN_FIT = 6
+"""Measured configs before the evidence GP's scales are fitted to them (type-II ML)."""
+PICKS = ("startup", "cover", "probe", "ei", "ei_per_cost", "ei_per_cost_same_model")
+"""The sampler's own picks (``model_pick``), as opposed to enqueued trials."""
 
 
 def _predict(grid: ModelGrid, idx: np.ndarray, constants: dict[str, float], mean_tokens: float) -> np.ndarray:
@@ -90,7 +108,7 @@ class ModelGuidedSampler(BaseSampler):
     Args:
         spec: the study spec (its model, cluster and space).
         seed: seed of the TPE fallback (the model's picks are deterministic).
-        n_startup: diverse top predictions before expected improvement takes over.
+        n_startup: top predictions before the knob levels are covered.
         fallback: sampler for knobs the model does not know (default: TPE, multivariate).
 
     Example:
@@ -98,7 +116,7 @@ class ModelGuidedSampler(BaseSampler):
         >>> study = optuna.create_study(direction="maximize", sampler=sampler)          # doctest: +SKIP
     """
 
-    def __init__(self, spec: StudySpec, *, seed: int = 0, n_startup: int = 3,
+    def __init__(self, spec: StudySpec, *, seed: int = 0, n_startup: int = 1,
                  fallback: BaseSampler | None = None) -> None:
         self._spec, self._n_startup = spec, n_startup
         with warnings.catch_warnings():
@@ -142,7 +160,8 @@ class ModelGuidedSampler(BaseSampler):
         if not search_space:
             return {}
         choice = self.propose(study.get_trials(deepcopy=False), exclude_number=trial.number,
-                              fixed=trial.system_attrs.get("fixed_params"))
+                              fixed=trial.system_attrs.get("fixed_params"),
+                              probes=study.user_attrs.get(PROBES_ATTR) or [])
         if choice is None:
             return {}
         params, attrs = choice
@@ -153,15 +172,17 @@ class ModelGuidedSampler(BaseSampler):
 
     # ------------------------------------------------------------------ the decision, testable
     def propose(self, trials: list[FrozenTrial], *, exclude_number: int | None = None,
-                fixed: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]] | None:
-        """(params of the known knobs, user attrs to record) for the next trial, or None."""
+                fixed: dict[str, Any] | None = None,
+                probes: list[dict[str, Any]] | None = None) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """(params of the known knobs, user attrs to record) for the next trial, or None.
+        ``probes``: the study's memory probes so far (tuner.search's ``boundary_probes``)."""
         grid, spec = self.grid, self._spec
         ok = [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("status") == "ok"
               and t.value is not None and t.value > 0]
         mean_tokens = model.mean_tokens(spec, ok)
         constants, self._calibration = model.calibrated_constants(spec, ok, mean_tokens, self._calibration)
         alive = np.array([not (p is not None and p[1]) for p in grid.nccl])  # certain NCCL failures out
-        obs_idx, obs_y, pending = [], [], []
+        obs_idx, obs_y, pending, launched = [], [], [], []
         bad_nccl = set()
         for t in trials:
             if t.number == exclude_number:
@@ -177,6 +198,8 @@ class ModelGuidedSampler(BaseSampler):
                 pending.append(i)
             elif t.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED):
                 alive[i] = False
+                if t.state == TrialState.COMPLETE:
+                    launched.append(i)
                 if t in ok:
                     obs_idx.append(i)
                     obs_y.append(math.log(t.value))
@@ -187,25 +210,37 @@ class ModelGuidedSampler(BaseSampler):
                 if (str(f.get("nccl_algo")), str(f.get("nccl_proto"))) in bad_nccl and grid.nccl[i] is not None:
                     alive[i] = False
 
-        # memory: the ratio measured/predicted peak, and configs dominated by an OOM
+        # memory: the measured/predicted peak ratios (per memory region where it has them: the
+        # model's structure may be wrong in one region only), and configs dominated by an OOM
         capacity = _capacity(spec)
-        ratios = [math.log(t.user_attrs["peak_mem_gib"] * 2**30 / 1e9 / grid.mem_gb[i])
-                  for t in ok if (i := grid.index.get(grid.key_of_trial(t.params))) is not None
-                  and t.user_attrs.get("peak_mem_gib") and grid.mem_gb[i] > 0]
-        lr_mean = float(np.mean(ratios)) if ratios else 0.0
-        lr_sd = max(0.05, float(np.std(ratios)) * 1.5) if len(ratios) >= 2 else 0.10
+        regions = grid.regions
+        ratio_of: dict[int, list[float]] = {}
+        for t in ok:
+            i = grid.index.get(grid.key_of_trial(t.params))
+            if i is not None and t.user_attrs.get("peak_mem_gib") and grid.mem_gb[i] > 0:
+                ratio_of.setdefault(int(regions[i]), []).append(
+                    math.log(t.user_attrs["peak_mem_gib"] * 2**30 / 1e9 / grid.mem_gb[i]))
+        ratios = [r for rs in ratio_of.values() for r in rs]
         low = 0.95 * math.exp(min(ratios)) if ratios else 1 / PRIOR_MEMORY_MARGIN
-        alive &= grid.mem_gb * low <= capacity
+        fits_line = grid.mem_gb * low <= capacity
         for t in trials:
             if t.state == TrialState.COMPLETE and t.user_attrs.get("status") == "oom":
                 i = grid.index.get(grid.key_of_trial(t.params))
                 if i is None:
                     continue
-                mb, ckpt, accum, pad = grid.memory_traits
+                mb, ckpt, accum, _ = grid.memory_traits  # screening's OOM rule (tuner.search)
                 dominated = ((grid.mem_gb >= grid.mem_gb[i]) & (mb >= mb[i]) & (~ckpt | ckpt[i])
-                             & (accum == accum[i]) & (pad == pad[i]))
+                             & (accum == accum[i]) & (grid.row_len >= grid.row_len[i]))
                 alive &= ~dominated
-        p_fit = surrogate.prob_fits(grid.mem_gb, capacity, lr_mean, lr_sd)
+        beyond = alive & ~fits_line  # written off by the memory line alone: what a probe tests
+        alive &= fits_line
+        p_fit = np.empty(len(grid.configs))
+        for r in np.unique(regions):
+            own = ratio_of.get(int(r)) or ratios
+            lr_mean = float(np.mean(own)) if own else 0.0
+            lr_sd = max(0.05, float(np.std(own)) * 1.5) if len(own) >= 2 else 0.10
+            at = regions == r
+            p_fit[at] = surrogate.prob_fits(grid.mem_gb[at], capacity, lr_mean, lr_sd)
         p_nccl = np.array([0.5 if (p is not None and not p[1]) else 1.0 for p in grid.nccl])
 
         if fixed is not None:  # an enqueued trial (the baseline): say what the model expected
@@ -215,33 +250,55 @@ class ModelGuidedSampler(BaseSampler):
             idx = np.array([i])
         else:
             idx = np.flatnonzero(alive)
-            if len(idx) == 0:
+            if len(idx) == 0 and not beyond.any():
                 return None
-        pred = _predict(grid, np.concatenate([np.array(obs_idx, dtype=int), idx]), constants, mean_tokens)
-        pred_obs, pred_c = pred[: len(obs_idx)], pred[len(obs_idx):]
+        far = np.flatnonzero(beyond) if fixed is None else np.zeros(0, dtype=int)
+        pend = np.array(pending, dtype=int)
+        pred = _predict(grid, np.concatenate([np.array(obs_idx, dtype=int), pend, idx, far]), constants, mean_tokens)
+        n_o, n_p, n_c = len(obs_idx), len(pend), len(idx)
+        pred_obs, pred_p, pred_c, pred_far = (pred[:n_o], pred[n_o: n_o + n_p], pred[n_o + n_p: n_o + n_p + n_c],
+                                              pred[n_o + n_p + n_c:])
         keep = pred_c > 0
         idx, pred_c = idx[keep], pred_c[keep]
-        if len(idx) == 0:
+        far, pred_far = far[pred_far > 0], pred_far[pred_far > 0]
+        if len(idx) == 0 and len(far) == 0:
             return None
         good = pred_obs > 0
-        x_obs = grid.codes[np.array(obs_idx, dtype=int)[good]] if obs_idx else grid.codes[:0]
-        r_obs = np.array(obs_y)[good] - np.log(pred_obs[good]) if obs_idx else np.zeros(0)
-        signal = PRIOR_RESIDUAL_SD if len(r_obs) < 3 else float(np.clip(1.25 * np.sqrt(np.mean(r_obs**2)), 0.03, 0.3))
-        if pending:  # constant liar: a running config counts as measured at its predicted value
-            m_p, _ = surrogate.residual_gp(x_obs, r_obs, grid.codes[pending], signal_sd=signal, noise_sd=NOISE_SD)
-            x_obs, r_obs = np.vstack([x_obs, grid.codes[pending]]), np.concatenate([r_obs, m_p])
-        m_r, sd = surrogate.residual_gp(x_obs, r_obs, grid.codes[idx], signal_sd=signal, noise_sd=NOISE_SD)
-        mu = np.log(pred_c) + m_r
+        obs_arr = np.array(obs_idx, dtype=int)[good] if obs_idx else np.zeros(0, dtype=int)
+        x_obs, y_obs = grid.codes[obs_arr], np.array(obs_y)[good] if obs_idx else np.zeros(0)
+        m_obs = np.log(pred_obs[good]) if obs_idx else np.zeros(0)
+        mu, sd, beta, signal = self._belief(x_obs, y_obs, m_obs, grid.codes[pend], np.log(np.maximum(pred_p, 1e-9)),
+                                            grid.codes[np.concatenate([idx, far])],
+                                            np.log(np.concatenate([pred_c, pred_far])))
+        mu_far, sd_far, mu, sd = mu[len(idx):], sd[len(idx):], mu[: len(idx)], sd[: len(idx)]
         weight = p_fit[idx] * p_nccl[idx]
         seconds, levels = self._trial_seconds(trials, ok, idx, mu, mean_tokens)
         weight = weight * self._prob_within_cap(trials, seconds, levels, sd)
-        n_picked = sum(1 for t in trials if t.user_attrs.get("model_pick") in ("startup", "ei", "ei_per_cost"))
+        n_picked = sum(1 for t in trials if t.user_attrs.get("model_pick") in PICKS)
+        how = None
         if fixed is not None:
             j, how = 0, "enqueued"
-        elif n_picked < self._n_startup or not obs_y:
+        elif (n_picked < self._n_startup or not obs_y) and len(idx):
             taken = grid.codes[np.array(obs_idx + pending, dtype=int)] if obs_idx or pending else grid.codes[:0]
             j, how = surrogate.diverse_top(mu + np.log(np.maximum(weight, 1e-9)), grid.codes[idx], taken), "startup"
-        else:  # expected improvement per expected second of the trial (its GPUs are fixed)
+        elif len(idx) and (gain := self._cover_gain(idx, launched + pending, weight)).max() > 0:
+            # every searched knob's levels get evidence early, whatever the model says of them
+            score = mu + np.log(np.maximum(weight, 1e-9)) - np.log(seconds)
+            j, how = int(np.lexsort((-score, -gain))[0]), "cover"
+        if how is None and len(far):  # the memory line: the region's cheapest config beyond it, once
+            probe = self._probe(trials, far, mu_far, sd_far, max(obs_y) if obs_y else -np.inf, probes or [], low)
+            if probe is not None:
+                params = dict(grid.configs[probe])
+                k = int(np.flatnonzero(far == probe)[0])
+                attrs = {"predicted_tokens_per_sec_per_gpu": round(float(math.exp(mu_far[k])), 1),
+                         "predicted_rel_sd": round(float(sd_far[k]), 4), "model_pick": "probe",
+                         "model_calibrated_on": len(ok), "model_weight": round(beta, 3),
+                         "predicted_memory_gb": round(float(grid.mem_gb[probe]), 2)}
+                return params, attrs
+        if how is None:
+            if len(idx) == 0:
+                return None
+            # expected improvement per expected second of the trial (its GPUs are fixed)
             ei = surrogate.expected_improvement(mu, sd, max(obs_y)) * weight
             acq = ei / seconds
             j, how = int(np.argmax(acq)), "ei_per_cost"
@@ -252,8 +309,63 @@ class ModelGuidedSampler(BaseSampler):
         params = dict(grid.configs[int(idx[j])])
         attrs = {"predicted_tokens_per_sec_per_gpu": round(float(math.exp(mu[j])), 1),
                  "predicted_rel_sd": round(float(sd[j]), 4), "model_pick": how, "model_calibrated_on": len(ok),
+                 "model_weight": round(beta, 3), "model_error_sd": round(signal, 4),
                  "model_switch": knobs.RECONFIGURE[int(levels[j])], "predicted_trial_seconds": round(float(seconds[j]), 1)}
         return params, attrs
+
+    def _belief(self, x_obs: np.ndarray, y_obs: np.ndarray, m_obs: np.ndarray, x_pend: np.ndarray,
+                m_pend: np.ndarray, x_cand: np.ndarray, m_cand: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, float]:
+        """(mean, sd of log tokens/s/GPU at ``cand``, the model's weight, its error sd): the
+        evidence GP (tuner.search) over this study's measurements, its spread set by the
+        model's measured error (exploration grows where the model misses); RUNNING configs count
+        as measured at their predicted value (a "kriging believer" constant liar)."""
+        r = y_obs - m_obs
+        signal = PRIOR_RESIDUAL_SD if len(r) < 3 else float(np.clip(1.25 * np.sqrt(np.mean((r - r.mean())**2)),
+                                                                     0.03, 0.3))
+        if len(y_obs) >= MIN_FIT:  # how much the knobs move throughput here, from the measurements
+            level_sd, interaction_sd = surrogate.evidence_scales(x_obs, y_obs, m_obs, noise_sd=NOISE_SD,
+                                                                 weight_sd=MODEL_WEIGHT_SD)
+        else:  # before that, the model's prior spread (its error where measured) over the knobs
+            level_sd, interaction_sd = 1.5 * signal / math.sqrt(max(1, x_cand.shape[1])), signal / 2
+        opts = dict(level_sd=level_sd, interaction_sd=interaction_sd, noise_sd=NOISE_SD, weight_sd=MODEL_WEIGHT_SD)
+        if len(x_pend):
+            mean_p, _, _ = surrogate.evidence_gp(x_obs, y_obs, m_obs, x_pend, m_pend, **opts)
+            x_obs, y_obs, m_obs = np.vstack([x_obs, x_pend]), np.concatenate([y_obs, mean_p]), np.concatenate([m_obs, m_pend])
+        mean, sd, beta = surrogate.evidence_gp(x_obs, y_obs, m_obs, x_cand, m_cand, **opts)
+        return mean, sd, beta, signal
+
+    def _cover_gain(self, idx: np.ndarray, tried: list[int], weight: np.ndarray) -> np.ndarray:
+        """Per candidate, the knob levels it would measure first (0 for candidates unlikely to
+        run: weight < 0.2). Levels no candidate can reach are left to the probes."""
+        codes = self.grid.codes
+        width = int(codes.max()) + 1 if codes.size else 1
+        covered = np.zeros((codes.shape[1], width), dtype=bool)
+        for i in tried:
+            covered[np.arange(codes.shape[1]), np.clip(codes[i], 0, width - 1)] = True
+        gain = surrogate.cover_gain(codes[idx], covered)
+        return np.where(weight >= 0.2, gain, 0)
+
+    def _probe(self, trials: list[FrozenTrial], far: np.ndarray, mu: np.ndarray, sd: np.ndarray, best: float,
+               probes: list[dict[str, Any]], low: float) -> int | None:
+        """The grid index of the memory probe to run now, or None: of the regions whose configs
+        beyond the memory line could beat the best measured (mean + 2 sd), the one with the most
+        promising such config, its probe as screening would choose it (tuner.search)."""
+        grid, spec = self.grid, self._spec
+        regions = grid.regions[far]
+        promise = mu + 2 * sd
+        for r in sorted(set(regions.tolist()), key=lambda r: -float(promise[regions == r].max())):
+            if float(promise[regions == r].max()) <= best:
+                break
+            at = far[regions == r]
+            got = memory_probe(trials, spec, grid.full[int(at[0])], probes=probes, ratio_low=low)
+            if got is None:
+                continue
+            full = complete_params(got[0], spec)
+            cell = [full.get(n) for n in MEMORY_KNOBS]
+            cand = [i for i in at if [grid.full[int(i)].get(n) for n in MEMORY_KNOBS] == cell]
+            if cand:
+                return int(max(cand, key=lambda i: float(mu[int(np.flatnonzero(far == i)[0])])))
+        return None
 
     def _prob_within_cap(self, trials: list[FrozenTrial], seconds: np.ndarray, levels: np.ndarray,
                          sd: np.ndarray) -> np.ndarray:

@@ -17,6 +17,10 @@ from tuner.stats._analysis import (
     mean_ci,
     ratio_ci,
 )
+from tuner.stats._budget_use import (
+    budget_use,
+    budget_use_line,
+)
 from tuner.stats._configs import (
     config_estimate,
     holm,
@@ -79,6 +83,8 @@ __all__ = [
     "TrialRecord",
     "analyze_record",
     "analyze_study",
+    "budget_use",
+    "budget_use_line",
     "config_estimate",
     "config_failure",
     "config_key",

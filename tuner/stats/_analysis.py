@@ -34,6 +34,7 @@ from scipy import stats
 
 from tuner.budget import charged_gpu_seconds
 from tuner.measurement import batch_means_ci
+from tuner.stats._budget_use import budget_use, budget_use_line
 from tuner.stats._configs import run_groups
 from tuner.stats._failures import FAILURE_STATUSES, level_failures
 from tuner.stats._importance import N_BOOT, knob_importance
@@ -181,6 +182,7 @@ def analyze_record(record: StudyRecord, *, n_boot: int = N_BOOT, seed: int = 0) 
         "n_repeats_not_run": sum(t.status == "repeat" for t in trials),
         "budget": {"limit_gpu_hours": record.limit_gpu_seconds / 3600, "used_gpu_hours": used / 3600,
                    "startup_share": startup_share(finished)},
+        "budget_use": budget_use(trials, probes=record.attrs.get("boundary_probes") or []),
         "baseline": baseline, "best": best, "importance": importance, "importance_model": importance_model,
         # the ranking's first three; whether each beats the placebo is `importance[i].matters`,
         # and RECIPE's "What matters" lists only those that do (`what_matters`)
@@ -234,6 +236,8 @@ def format_summary(analysis: dict[str, Any]) -> str:
     if analysis["budget"].get("startup_share") is not None:
         lines.append(f"start-up (launch, model build, communicators) took {analysis['budget']['startup_share']:.0%} "
                      "of trial GPU time; the rest ran warm-up and measured steps")
+    if analysis.get("budget_use"):
+        lines.append(budget_use_line(analysis["budget_use"]))
     if analysis["baseline"]:
         base = analysis["baseline"]
         lines.append(f"baseline (trial {base['trial']}): {_fmt_ci(base['tokens_per_sec_per_gpu'])} tokens/s/GPU")
