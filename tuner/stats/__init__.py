@@ -19,11 +19,19 @@ from tuner.stats._analysis import (
     write_analysis,
 )
 from tuner.stats._configs import (
+    TAU_PRIOR_DF,
+    TAU_PRIOR_SD,
+    LaunchVariance,
     config_estimate,
     holm,
+    launch_variance,
     ratio_estimate,
     run_groups,
     run_to_run_variance,
+    run_variance,
+)
+from tuner.stats._diagnostics import (
+    noise_diagnostics,
 )
 from tuner.stats._failures import (
     FLAKY_FAILURE_RATE,
@@ -37,7 +45,10 @@ from tuner.stats._importance import (
     knob_importance,
 )
 from tuner.stats._recommend import (
+    confirmation_runs,
     recommend,
+    what_matters,
+    what_matters_power,
 )
 from tuner.stats._record import (
     ROLE_ATTRS,
@@ -71,6 +82,15 @@ from tuner.stats._trial_ci import (
 
 __all__ = [
     "FLAKY_FAILURE_RATE",
+    "LaunchVariance",
+    "TAU_PRIOR_DF",
+    "TAU_PRIOR_SD",
+    "confirmation_runs",
+    "launch_variance",
+    "noise_diagnostics",
+    "run_variance",
+    "what_matters",
+    "what_matters_power",
     "MAX_ROUNDS",
     "MIN_SURROGATE_SD",
     "ROLE_ATTRS",
