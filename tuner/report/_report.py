@@ -52,6 +52,12 @@ def render_recipe(analysis: dict[str, Any], *, planned_tokens: float | None = No
                if d.get("flagged")]   # tuner.stats' noise-model checks (issue 29)
     if misfits:
         lines += ["> **The noise model does not fit this study**: " + "; ".join(misfits) + ".", ""]
+    risk = (best.get("failure") or {}).get("neighbour_risk")
+    if (best.get("failure") or {}).get("risk_flagged") and risk:
+        where = ", ".join(f"{k}={v}" for k, v in risk["knobs"].items())
+        lines += [f"> **Failure risk**: runs with {where} failed {risk['failures']} of {risk['runs']} "
+                  f"(95% CI {risk['ci95'][0]:.0%} to {risk['ci95'][1]:.0%}); the recommended config shares those "
+                  "settings and may fail that often.", ""]
     if analysis["n_ok"] < MIN_OK_TRIALS:
         lines += [f"> **Inconclusive**: only {analysis['n_ok']} trial(s) finished ok (fewer than {MIN_OK_TRIALS}). "
                   "The best config below is the best of very few; the importance ranking and the "

@@ -11,7 +11,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from tuner.stats._configs import RunCIs, config_estimate, holm, ratio_estimate
-from tuner.stats._failures import config_failure, config_key, failure_model, is_attempt, is_failure
+from tuner.stats._failures import (
+    FLAKY_FAILURE_RATE,
+    config_failure,
+    config_key,
+    failure_model,
+    is_attempt,
+    is_failure,
+    neighbour_risk,
+)
 from tuner.stats._record import TrialRecord
 from tuner.stats._runoff import RUNOFF, ranked_remeasured
 from tuner.stats._smoothing import smoothed_values
@@ -146,7 +154,11 @@ def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df
                                   else chosen["remeasure_trials"][0] if chosen["remeasured"] else trial),
             "confirmation_trials": [t.number for t in chosen["confirmation"]],
             "remeasure_trials": chosen["remeasure_trials"], "n_runs": measured["n_runs"],
-            "failure": chosen["failure"],
+            "failure": {**chosen["failure"], "neighbour_risk": (risk := neighbour_risk(chosen["params"], trials, list(levels))),
+                        # the risk flag at the top of RECIPE: its own estimate, or a neighbourhood of its
+                        # levels that fails >= 25% beyond doubt (issue 29)
+                        "risk_flagged": chosen["failure"]["estimate"] >= FLAKY_FAILURE_RATE
+                        or (risk is not None and risk["ci95"][0] >= FLAKY_FAILURE_RATE)},
             "chosen_on": ("runoff re-measurements" if chosen["key"] in finalists else "re-measurements")
             if any_remeasured else "search trials (not re-measured)",
             "reliable": not chosen["failure"]["flaky"],
