@@ -29,12 +29,15 @@ bench/stats_score.py says what each column measures. Columns:
   the optimum moves throughput >= 10%, and the worst such knob; *no-effect knobs*: pairs
   listed, and studies with any;
 - *rec. fails >= 25%*: studies recommending a config whose true failure rate is >= 25%, and
-  how many of them analysis.json flags at the top;
+  how many of them analysis.json flags at the top; *risk flag*: studies (of all) whose
+  recommendation carries ``best.failure.risk_flagged`` (false alarms where nothing fails);
 - *phi at bound*: studies whose pooled phi is at the top of tuner.stats's grid;
 - *warm-up dropped*: share of ok runs that lost leading steps to MSER, their mean log error
   against the launch (%), their coverage;
 - *flags*: share of studies that analysis.json's ``noise_diagnostics`` flags for phi at a
   bound / drift / stalls / replication spread (n/a: no such key);
+- *winners_curse_adjusted*: studies whose recommendation's numbers come from confirmation runs
+  that did not choose it (analysis.json ``best.winners_curse_adjusted``);
 - *CPU s/study*: process CPU time to build and analyse one study.
 """
 
@@ -124,17 +127,19 @@ def _row(family: str, s: dict[str, Any]) -> str:
         bias, _frac(s["speed_cover"]), _frac(s["top_right"]),
         (f"{hits / total:.2f}; worst {worst[0]} {worst[1][0]}/{worst[1][1]}" if worst else "-"),
         f"{_frac(s['null_listed'])}; {s['null_listed_studies']} studies",
-        f"{fails[1]} ({fails[0]} flagged)", f"{s['phi_at_bound'][0]}/{s['phi_at_bound'][1]}",
-        dropped, flags, f"{s['cpu_s']:.1f} |"])
+        f"{fails[1]} ({fails[0]} flagged); risk flag {s.get('risk_flagged', 0)}/{s['studies']}",
+        f"{s['phi_at_bound'][0]}/{s['phi_at_bound'][1]}",
+        dropped, flags, f"{s.get('winners_curse_adjusted', 0)}/{s['studies']}", f"{s['cpu_s']:.1f} |"])
 
 
 HEADER = ("| family | studies | per-trial CI covers launch / config | rec. >= 99% of optimum | rec. CI covers "
           "| rec. bias (se) | baseline CI covers "
           "| half-width rec. (oracle) | half-width baseline (oracle) | speedup bias (se) | speedup covers "
           "| top k right | What matters: >= 10% knobs | What matters: no-effect knobs | rec. fails >= 25% "
-          "| phi at bound | warm-up dropped (bias, covers) | flags: phi / drift / stalls / spread | CPU s/study |\n"
+          "| phi at bound | warm-up dropped (bias, covers) | flags: phi / drift / stalls / spread "
+          "| winners_curse_adjusted | CPU s/study |\n"
           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-          "| ---: | ---: | ---: | ---: |")
+          "| ---: | ---: | ---: | ---: | ---: |")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -104,7 +104,9 @@ def score(fam: Family, noise: Noise, launch_rate: dict[int, float], analysis: di
                    rec_oracle_hw=oracle_half_width(v, best["n_runs"]), winners_curse_adjusted=best["winners_curse_adjusted"])
         p_fail = fam.p_fail(best["params"])
         row["rec_fail"] = p_fail >= FLAKY_FAILURE_RATE
-        row["rec_fail_flagged"] = (not best["reliable"]) or best["failure"]["estimate"] >= FLAKY_FAILURE_RATE
+        row["rec_fail_flagged"] = ((not best["reliable"]) or best["failure"]["estimate"] >= FLAKY_FAILURE_RATE
+                                   or bool(best["failure"].get("risk_flagged")))
+        row["rec_risk_flagged"] = bool(best["failure"].get("risk_flagged"))
         row["rec_fail_estimate"] = best["failure"]["estimate"]
         if best["speedup_vs_baseline"] and base:
             truth = fam.truth(best["params"]) / fam.truth(base["params"])
@@ -175,5 +177,6 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         vals = [r["flags"][key] for r in rows if r["flags"][key] is not None]
         out["flags"][key] = (sum(vals), len(vals)) if vals else None
     out["winners_curse_adjusted"] = sum(bool(r.get("winners_curse_adjusted")) for r in rows)
+    out["risk_flagged"] = sum(bool(r.get("rec_risk_flagged")) for r in rows)
     out["cpu_s"] = statistics.fmean(r["cpu_s"] for r in rows) if rows and "cpu_s" in rows[0] else None
     return out

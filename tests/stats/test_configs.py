@@ -37,3 +37,23 @@ def test_holm_controls_the_family():
     assert holm([]) == []
     assert config_estimate([], tau2=0.0, tau_df=0) is None
     assert config_estimate([{"mean": 10.0, "se": 1.0, "df": 5.0}], tau2=0.0, tau_df=0)["mean"] == pytest.approx(10.0)
+
+
+def test_launch_variance_uses_the_stated_prior_without_re_measurements_and_the_runs_with_them():
+    from tuner.stats import TAU_PRIOR_SD, launch_variance
+
+    alone = launch_variance([[{"mean": 100.0, "se": 1.0, "df": 7}]])
+    assert alone.tau2 == pytest.approx(TAU_PRIOR_SD**2) and alone.raw_df == 0 and alone.se_scale == 1.0
+    # a config run once carries se^2 + tau^2
+    once = config_estimate([{"mean": 100.0, "se": 1.0, "df": 7.0}], tau2=alone.tau2, tau_df=alone.df)
+    assert once["log_var"] == pytest.approx(0.01**2 + TAU_PRIOR_SD**2)
+    rng = np.random.default_rng(2)
+    spread = [[{"mean": 1000 * math.exp(rng.normal(0, 0.05)), "se": 5.0, "df": 20} for _ in range(3)]
+              for _ in range(30)]
+    lv = launch_variance(spread)
+    assert lv.raw_df == 60 and 0.04 < math.sqrt(lv.tau2) < 0.06 and lv.se_scale == 1.0
+    # runs that agree better than their per-run errors say (stalls): the errors are scaled down
+    tight = [[{"mean": 1000 * math.exp(rng.normal(0, 0.02)), "se": 80.0, "df": 20} for _ in range(3)]
+             for _ in range(30)]
+    lv = launch_variance(tight)
+    assert lv.tau2 < TAU_PRIOR_SD**2 and 0.03 < lv.se_scale < 0.12

@@ -141,6 +141,16 @@ def render_recipe(analysis: dict[str, Any], *, planned_tokens: float | None = No
     if not best:
         return "\n".join(lines + ["No trial finished ok; nothing to recommend yet."]) + "\n"
     params = best["params"]
+    misfits = [f"{k.replace('_', ' ')}: {d['meaning']}" for k, d in (analysis.get("noise_diagnostics") or {}).items()
+               if d.get("flagged")]   # tuner.stats' noise-model checks (issue 29)
+    if misfits:
+        lines += ["> **The noise model does not fit this study**: " + "; ".join(misfits) + ".", ""]
+    risk = (best.get("failure") or {}).get("neighbour_risk")
+    if (best.get("failure") or {}).get("risk_flagged") and risk:
+        where = ", ".join(f"{k}={v}" for k, v in risk["knobs"].items())
+        lines += [f"> **Failure risk**: runs with {where} failed {risk['failures']} of {risk['runs']} "
+                  f"(95% CI {risk['ci95'][0]:.0%} to {risk['ci95'][1]:.0%}); the recommended config shares those "
+                  "settings and may fail that often.", ""]
     if analysis["n_ok"] < MIN_OK_TRIALS:
         lines += [f"> **Inconclusive**: only {analysis['n_ok']} trial(s) finished ok (fewer than {MIN_OK_TRIALS}). "
                   "The best config below is the best of very few; the importance ranking and the "
@@ -223,19 +233,29 @@ def _what_matters(analysis, params) -> list[str]:
     for row in analysis.get("what_matters", []):
         knob = row["knob"]
         meaning = f" ({KNOBS[knob].meaning})" if knob in KNOBS else ""
+        a, i = row.get("ablation"), row.get("importance")   # both channels, side by side (issue 29)
         if row["source"] == "ablation":
             lo, hi = row["ci95"]
             line = (f"1. **{knob} = {params.get(knob, 'n/a')}**{meaning}: worth {row['impact']:+.1%} "
                     f"(95% CI {lo:+.1%} to {hi:+.1%}, re-measured, Holm-corrected)")
+            if i is not None:
+                line += (f"; search importance {i['total']:.2f}, "
+                         + ("above a random placebo knob's" if i.get("matters") else
+                            "not above a random placebo knob's (the search could not see it: an interaction of "
+                            "three or more knobs, or a knob it stopped varying)"))
         else:
             ci = f" (95% CI {row['ci95'][0]:.2f} to {row['ci95'][1]:.2f})" if row.get("ci95") else ""
             line = (f"1. **{knob} = {params.get(knob, 'n/a')}**{meaning}: total importance {row['total']:.2f}{ci}, "
                     "above a random placebo knob's")
+            if a is not None:
+                line += (f"; ablation {a['impact']:+.1%} (95% CI {a['ci95'][0]:+.1%} to {a['ci95'][1]:+.1%}), "
+                         "not significant after Holm")
         if knob in imp and imp[knob].get("interaction", 0) > 0.05:
             line += f"; much of it through interactions ({imp[knob]['interaction']:.2f} of the variance)"
         lines.append(line)
     if not analysis.get("what_matters"):
-        lines.append("No knob's effect stands out from the noise and from a random placebo knob.")
+        lines.append(analysis.get("what_matters_note")
+                     or "No knob's effect stands out from the noise and from a random placebo knob.")
     listed = {r["knob"] for r in analysis.get("what_matters", [])}
     abl = {e["knob"]: e for e in (analysis.get("ablation") or {}).get("knobs", [])}
     quiet = [d["knob"] for d in analysis.get("importance", [])

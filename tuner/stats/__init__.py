@@ -22,11 +22,19 @@ from tuner.stats._budget_use import (
     budget_use_line,
 )
 from tuner.stats._configs import (
+    TAU_PRIOR_DF,
+    TAU_PRIOR_SD,
+    LaunchVariance,
     config_estimate,
     holm,
+    launch_variance,
     ratio_estimate,
     run_groups,
     run_to_run_variance,
+    run_variance,
+)
+from tuner.stats._diagnostics import (
+    noise_diagnostics,
 )
 from tuner.stats._failures import (
     FLAKY_FAILURE_RATE,
@@ -41,7 +49,10 @@ from tuner.stats._importance import (
     knob_importance,
 )
 from tuner.stats._recommend import (
+    confirmation_runs,
     recommend,
+    what_matters,
+    what_matters_power,
 )
 from tuner.stats._record import (
     ROLE_ATTRS,
@@ -75,6 +86,15 @@ from tuner.stats._trial_ci import (
 
 __all__ = [
     "FLAKY_FAILURE_RATE",
+    "LaunchVariance",
+    "TAU_PRIOR_DF",
+    "TAU_PRIOR_SD",
+    "confirmation_runs",
+    "launch_variance",
+    "noise_diagnostics",
+    "run_variance",
+    "what_matters",
+    "what_matters_power",
     "MAX_ROUNDS",
     "MIN_SURROGATE_SD",
     "ROLE_ATTRS",

@@ -35,10 +35,11 @@ from scipy import stats
 from tuner.budget import charged_gpu_seconds
 from tuner.measurement import batch_means_ci
 from tuner.stats._budget_use import budget_use, budget_use_line
-from tuner.stats._configs import run_groups
+from tuner.stats._configs import TAU_PRIOR_DF, TAU_PRIOR_SD, run_variance
+from tuner.stats._diagnostics import noise_diagnostics
 from tuner.stats._failures import FAILURE_STATUSES, level_failures
 from tuner.stats._importance import N_BOOT, knob_importance
-from tuner.stats._recommend import ablation_effects, recommend, what_matters
+from tuner.stats._recommend import ablation_effects, recommend, what_matters, what_matters_power
 from tuner.stats._record import StudyRecord, TrialRecord, study_record
 from tuner.stats._trial_ci import trial_cis
 
@@ -160,16 +161,18 @@ def analyze_record(record: StudyRecord, *, n_boot: int = N_BOOT, seed: int = 0) 
     ok = [t for t in trials if t.status == "ok"]
 
     cis, noise = trial_cis(trials)
-    tau2, tau_df = run_groups(trials, cis)
+    launch = run_variance(trials, cis)
+    tau2, tau_df = launch.as_tuple()
     levels = level_failures(trials, knobs)
     baseline_t = next((t for t in ok if t.role == "baseline"), None)
-    best = recommend(trials, cis, tau2=tau2, tau_df=tau_df, levels=levels, baseline=baseline_t)
+    best = recommend(trials, cis, tau2=tau2, tau_df=tau_df, levels=levels, baseline=baseline_t,
+                     se_scale=launch.se_scale)
     baseline = None
     if baseline_t is not None:
         estimate = (best or {}).get("baseline_estimate") or _public(cis.get(baseline_t.number))
         baseline = {"trial": baseline_t.number, "params": baseline_t.params, "tokens_per_sec_per_gpu": estimate}
     ablation = ablation_effects(trials, cis, tau2=tau2, tau_df=tau_df,
-                                baseline_params=baseline_t.params if baseline_t else None)
+                                baseline_params=baseline_t.params if baseline_t else None, se_scale=launch.se_scale)
     importance, importance_model = importance_list(ok, knobs, n_boot=n_boot, seed=seed)
     used = sum(charged_gpu_seconds(t.state, t.gpu_seconds, t.reserved_gpu_seconds) for t in trials)
     return {
@@ -188,12 +191,17 @@ def analyze_record(record: StudyRecord, *, n_boot: int = N_BOOT, seed: int = 0) 
         # and RECIPE's "What matters" lists only those that do (`what_matters`)
         "top_knobs": [d["knob"] for d in importance if d["total"] is not None][:3],
         "what_matters": what_matters(importance, ablation),
+        "what_matters_note": what_matters_power(importance, ablation, importance_model),
+        "noise_diagnostics": noise_diagnostics(trials, cis, noise, launch),
         "failure_rates": levels,
         "marginal_effects": marginal_effects(trials, knobs, levels), "ablation": ablation,
         "noise_model": None if noise is None else {
             "phi": noise.phi, "rel_sd": math.sqrt(noise.rel_var),
             "df_prior": noise.df_prior if math.isfinite(noise.df_prior) else None,
-            "n_trials": noise.n_trials, "run_to_run_rel_sd": math.sqrt(tau2), "run_to_run_df": tau_df},
+            "n_trials": noise.n_trials, "run_to_run_rel_sd": math.sqrt(tau2), "run_to_run_df": tau_df,
+            "run_to_run_prior": {"rel_sd": TAU_PRIOR_SD, "df": TAU_PRIOR_DF},
+            "run_to_run_measured_df": launch.raw_df, "run_se_scale": launch.se_scale,
+            "replication_spread_ratio": launch.spread_ratio},
         "trials": [{"trial": t.number, "params": t.params, "status": t.status, "role": t.role,
                     "ablation_knob": t.ablation_knob, "gpu_seconds": t.gpu_seconds,
                     "startup_share": startup_share([t]),
@@ -204,12 +212,20 @@ def analyze_record(record: StudyRecord, *, n_boot: int = N_BOOT, seed: int = 0) 
                     "warmup_steps_dropped": (cis.get(t.number) or {}).get("warmup_steps_dropped")}
                    for t in finished],
         "spec": spec,
-        "method": {"trial_ci": "tokens over time (ratio of sums), t-interval with a REML AR(1) noise model pooled "
-                               "over the study's trials, MSER warm-up truncation",
-                   "speedup_ci": "t-interval on the log ratio of config means, run-to-run variation included "
-                                 "(estimated from re-measured configs)",
+        "method": {"trial_ci": "conditional on the trial's launch: tokens over time (ratio of sums), t-interval with a "
+                               "REML AR(1) noise model pooled over the study's trials, MSER warm-up truncation; it "
+                               "leaves out launch-to-launch variation, so it is not a CI of the config",
+                   "config_ci": "config-level: a run's log variance is its own se^2 (x run_se_scale) plus the "
+                                "launch-to-launch tau^2, from re-measured configs combined with a stated prior "
+                                f"({TAU_PRIOR_SD:.0%} sd worth {TAU_PRIOR_DF} df); t-interval on the log mean of the "
+                                "config's runs",
+                   "speedup_ci": "t-interval on the log ratio of config means, launch-to-launch variation included "
+                                 + (f"(from {launch.raw_df} df of re-measurements and the prior)" if launch.raw_df
+                                    else "(from the stated prior alone: no config was re-measured)"),
                    "importance": importance_model.get("method", "too few ok trials"),
-                   "winners_curse": "best chosen on re-measurements after the search (ablation) when available",
+                   "winners_curse": "best chosen on the search and the first half of each config's re-measurements; "
+                                    "its throughput and speedup from the later half (confirmation runs that did not "
+                                    "choose it) when it has them (winners_curse_adjusted)",
                    "failures": "oom/timeout/error per run; exact binomial CIs; configs failing >= 25% are not "
                                "recommended",
                    "marginal_effects": "survivor means (ok trials only)"},
@@ -246,10 +262,15 @@ def format_summary(analysis: dict[str, Any]) -> str:
         if analysis["baseline"] and best["trial"] == analysis["baseline"]["trial"]:
             note = " (the baseline itself)"
         else:
-            note = " (re-measured)" if best["winners_curse_adjusted"] else " (search trial; not re-measured)"
+            note = (" (confirmation runs that did not choose it)" if best["winners_curse_adjusted"]
+                    else " (re-measured once: the run that chose it, may read high)" if best.get("remeasure_trials")
+                    else " (search trial; not re-measured)")
         lines.append(f"best (trial {best['trial']}){note}: {_fmt_ci(best['tokens_per_sec_per_gpu'])} tokens/s/GPU")
         if best["speedup_vs_baseline"]:
-            lines.append(f"speedup vs baseline (run-to-run variation included): "
+            nm = analysis.get("noise_model") or {}
+            basis = ("launch-to-launch variation from re-measurements" if nm.get("run_to_run_measured_df")
+                     else "launch-to-launch variation from a stated prior only: no config was re-measured")
+            lines.append(f"speedup vs baseline ({basis}): "
                          f"{_fmt_ci(best['speedup_vs_baseline'], fmt='.2f')}x")
         fail = best["failure"]["own"]
         if fail["runs"]:
@@ -267,6 +288,9 @@ def format_summary(analysis: dict[str, Any]) -> str:
             lines.append(f"faster once but not re-measured (not recommended: one search run, the winner's curse): "
                          f"trial {unverified['trial']}, {_fmt_ci(unverified['tokens_per_sec_per_gpu'])} tokens/s/GPU, "
                          f"{_fmt_ci(unverified['vs_recommended_in_search'], fmt='.2f')}x the recommendation's search run")
+    for key, d in (analysis.get("noise_diagnostics") or {}).items():
+        if d.get("flagged"):
+            lines.append(f"NOISE MODEL MISFIT ({key.replace('_', ' ')}): {d['meaning']}")
     model = analysis.get("importance_model") or {}
     r2 = model.get("oob_r2")
     lines.append("knob importance (total-order index, 95% BCa CI; first-order; beats the placebo?)"
@@ -281,6 +305,16 @@ def format_summary(analysis: dict[str, Any]) -> str:
     if model.get("placebo"):
         p = model["placebo"]
         lines.append(f"  {p['knob']:<26} {p['total']:.3f}  (a random {p['levels']}-level knob: the null reference)")
+    if analysis.get("what_matters"):
+        lines.append("what matters (both channels: ablation at the recommended config / search importance):")
+        for r in analysis["what_matters"]:
+            a, i = r.get("ablation"), r.get("importance")
+            lines.append(f"  {r['knob']:<26} ablation "
+                         + (f"{a['impact']:+.1%}{' significant' if a['significant'] else ''}" if a else "not ablated")
+                         + " / importance " + (f"{i['total']:.3f}{' above placebo' if i['matters'] else ' not above placebo'}"
+                                               if i else "-"))
+    elif analysis.get("what_matters_note"):
+        lines.append(analysis["what_matters_note"])
     if analysis.get("ablation"):
         lines.append("ablation (re-measured best vs that knob at the baseline's value; Holm-corrected):")
         for e in analysis["ablation"]["knobs"]:

@@ -29,14 +29,23 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from tuner.stats._failures import config_key
 from tuner.stats._record import TrialRecord
 
-__all__ = ["run_to_run_variance", "config_estimate", "ratio_estimate", "holm", "run_groups", "RunCIs", "CONFIDENCE"]
+__all__ = ["run_to_run_variance", "config_estimate", "ratio_estimate", "holm", "run_groups", "RunCIs", "CONFIDENCE",
+           "LaunchVariance", "launch_variance", "run_variance", "TAU_PRIOR_SD", "TAU_PRIOR_DF"]
 
 CONFIDENCE = 0.95
+TAU_PRIOR_SD = 0.02
+"""The stated prior on launch-to-launch variation: a relative sd of 2% between launches of one
+config (node placement, clocks, the network's state): what tuner.sim draws and what the
+project's re-measured configs showed (docs/statistics.md, section 2). It is worth
+:data:`TAU_PRIOR_DF` degrees of freedom, so a study that re-measured nothing still gives a
+config run once se^2 + (2%)^2, and a study with tens of re-measurements is ruled by them."""
+TAU_PRIOR_DF = 4
 
 RunCIs = dict[int, dict[str, Any]]
 """trial number -> {"mean", "se", "df"} of an ok run (tuner.stats.trial_cis)."""
@@ -63,8 +72,12 @@ def run_to_run_variance(groups: Sequence[Sequence[dict[str, Any]]]) -> tuple[flo
     return max(0.0, q / df - sum(within) / len(within)), df
 
 
-def config_estimate(runs: Sequence[dict[str, Any]], *, tau2: float, tau_df: int) -> dict[str, Any] | None:
-    """{"mean", "ci95", "log_mean", "log_var", "df", "n_runs"} of one config from its runs."""
+def config_estimate(runs: Sequence[dict[str, Any]], *, tau2: float, tau_df: int,
+                    se_scale: float = 1.0) -> dict[str, Any] | None:
+    """{"mean", "ci95", "log_mean", "log_var", "df", "n_runs"} of one config from its runs.
+
+    A run's log variance is ``se_scale`` x its own relative se^2 (conditional on its launch) plus
+    ``tau2``, the launch-to-launch variance (:func:`launch_variance`)."""
     from scipy import stats
 
     runs = [r for r in runs if r and r["mean"] > 0]
@@ -72,10 +85,11 @@ def config_estimate(runs: Sequence[dict[str, Any]], *, tau2: float, tau_df: int)
         return None
     m = len(runs)
     logs = [math.log(r["mean"]) for r in runs]
-    rel = [(r["se"] / r["mean"]) ** 2 for r in runs]
+    rel = [se_scale * (r["se"] / r["mean"]) ** 2 for r in runs]
     log_mean = sum(logs) / m
     parts = [(tau2 / m, tau_df)] if tau2 > 0 and tau_df > 0 else []
-    parts += [(v / m**2, r["df"]) for v, r in zip(rel, runs)]
+    # a scaled se is known only as well as the scale: the re-measurements' df (tau_df)
+    parts += [(v / m**2, r["df"] if se_scale == 1.0 else min(r["df"], max(tau_df, 1.0))) for v, r in zip(rel, runs)]
     log_var = sum(p for p, _ in parts)
     df = log_var**2 / sum(p**2 / max(d, 1.0) for p, d in parts) if log_var > 0 else math.inf
     half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, df)) * math.sqrt(log_var)
@@ -118,10 +132,90 @@ def holm(p_values: Sequence[float], alpha: float = 1 - CONFIDENCE) -> list[bool]
     return out
 
 
-def run_groups(trials: Sequence[TrialRecord], cis: RunCIs) -> tuple[float, int]:
-    """tau^2 (run-to-run, log scale) and its df from every config run more than once."""
-    groups = defaultdict(list)
+@dataclass(frozen=True)
+class LaunchVariance:
+    """How far one config's runs scatter beyond their steps' noise, from re-measurements and a
+    stated prior (:func:`launch_variance`)."""
+
+    tau2: float
+    """Launch-to-launch variance of a run's log mean (the posterior's)."""
+    df: float
+    """Its degrees of freedom: the re-measurements' plus the prior's."""
+    se_scale: float
+    """Factor on each run's own se^2: 1, or below 1 where the runs of one config agree better
+    than their per-run errors say (the step-noise model overstates them: stalls)."""
+    raw_tau2: float
+    """DerSimonian-Laird's moment estimate alone (truncated at 0), and its df below."""
+    raw_df: int
+    spread_ratio: float | None
+    """The re-measurements' observed variance of a run's log mean over what the per-run errors
+    alone explain (1: the per-run CIs describe a config; None: nothing re-measured)."""
+
+    def as_tuple(self) -> tuple[float, float]:
+        return self.tau2, self.df
+
+
+def launch_variance(groups: Sequence[Sequence[dict[str, Any]]], *, prior_sd: float = TAU_PRIOR_SD,
+                    prior_df: float = TAU_PRIOR_DF) -> LaunchVariance:
+    """The variance of one run's log mean about its config's, as se^2 x se_scale + tau2.
+
+    From the configs run more than once: V = the pooled within-config variance of their runs'
+    log means (q / df), and s2 = the mean of their runs' own relative se^2. A stated prior
+    on tau2 (``prior_sd``^2, worth ``prior_df`` degrees of freedom) is combined with the runs'
+    excess V - s2 by degrees of freedom, tau2 = (prior_df prior_sd^2 + df max(V - s2, 0)) /
+    (prior_df + df) (the DerSimonian-Laird moment, shrunk toward the prior as a conjugate scaled
+    inverse chi-square would). Where V falls short of s2 the per-run errors are too wide for
+    what the runs show (the step-noise model does not fit: stalls), and they are scaled by
+    se_scale = V / s2, a factor estimated with ``df`` degrees of freedom. Groups: each config's
+    runs, each {"mean", "se"}.
+
+    Example:
+        >>> lv = launch_variance([])
+        >>> round(lv.tau2 ** 0.5, 3), lv.df, lv.se_scale
+        (0.02, 4, 1.0)
+    """
+    q, df, within = 0.0, 0, []
+    for runs in groups:
+        if len(runs) < 2:
+            continue
+        logs = [math.log(r["mean"]) for r in runs]
+        m = sum(logs) / len(logs)
+        q += sum((v - m) ** 2 for v in logs)
+        df += len(runs) - 1
+        within += [(r["se"] / r["mean"]) ** 2 for r in runs]
+    raw_tau2, raw_df = run_to_run_variance(groups)
+    if df == 0:
+        return LaunchVariance(tau2=prior_sd**2, df=prior_df, se_scale=1.0, raw_tau2=0.0, raw_df=0, spread_ratio=None)
+    s2 = sum(within) / len(within)
+    v_obs = q / df
+    # the prior is on tau2 alone; the runs' own errors are scaled only by what the runs show
+    excess = v_obs - s2
+    scale = 1.0 if excess >= 0 or s2 <= 0 else v_obs / s2
+    tau2 = (prior_df * prior_sd**2 + df * max(excess, 0.0)) / (prior_df + df)
+    return LaunchVariance(tau2=tau2, df=prior_df + df, se_scale=scale, raw_tau2=raw_tau2, raw_df=raw_df,
+                          spread_ratio=v_obs / s2 if s2 > 0 else None)
+
+
+def _replication_groups(trials: Sequence[TrialRecord], cis: RunCIs) -> list[list[dict[str, Any]]]:
+    """Each config's runs that re-measure it: one-knob reverts are left out, and so is the search
+    run of a config that was re-measured (the search's best runs were chosen for reading high;
+    their spread about the re-measurements is selection, not launch-to-launch variation)."""
+    groups: dict[str, list[TrialRecord]] = defaultdict(list)
     for t in trials:
         if t.number in cis and (t.role != "ablation" or t.ablation_knob is None):
-            groups[config_key(t.params)].append(cis[t.number])
-    return run_to_run_variance(list(groups.values()))
+            groups[config_key(t.params)].append(t)
+    out = []
+    for runs in groups.values():
+        remeasured = any(t.role == "ablation" for t in runs)
+        out.append([cis[t.number] for t in runs if not remeasured or t.role is not None])
+    return out
+
+
+def run_variance(trials: Sequence[TrialRecord], cis: RunCIs) -> LaunchVariance:
+    """The study's :class:`LaunchVariance` from every config run more than once."""
+    return launch_variance(_replication_groups(trials, cis))
+
+
+def run_groups(trials: Sequence[TrialRecord], cis: RunCIs) -> tuple[float, float]:
+    """tau^2 (run-to-run, log scale) and its df: :func:`run_variance`'s."""
+    return run_variance(trials, cis).as_tuple()

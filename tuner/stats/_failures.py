@@ -32,7 +32,7 @@ import numpy as np
 
 from tuner.stats._record import TrialRecord
 
-__all__ = ["FAILURE_STATUSES", "FLAKY_FAILURE_RATE", "failure_rate", "level_failures", "config_failure",
+__all__ = ["FAILURE_STATUSES", "FLAKY_FAILURE_RATE", "failure_rate", "level_failures", "config_failure", "neighbour_risk",
            "is_failure", "is_attempt", "config_key", "failure_model"]
 
 FAILURE_STATUSES = ("oom", "timeout", "error")
@@ -121,3 +121,24 @@ def config_failure(params: dict[str, Any], trials: Sequence[TrialRecord],
             worst = {"knob": k, "level": _level(params.get(k)), **d}
     return {"own": own, "model": prior, "worst_level": worst, "estimate": estimate,
             "flaky": estimate >= FLAKY_FAILURE_RATE}
+
+
+def neighbour_risk(params: dict[str, Any], trials: Sequence[TrialRecord], knobs: Sequence[str]) -> dict[str, Any] | None:
+    """The config's neighbourhood that fails most surely: of the runs sharing one of its levels,
+    or two of them (an interaction: micro_batch 8 fails with one setting of checkpointing and
+    not with the other), the group whose exact 95% CI of the failure rate starts highest;
+    groups of fewer than MIN_LEVEL_RUNS runs are left out. A lower bound at or above
+    FLAKY_FAILURE_RATE says the config's own levels fail that often, whatever the additive
+    model (tuner.stats.failure_model) says; None when no group qualifies."""
+    runs = [(t, {k: _level(t.params.get(k)) for k in knobs}) for t in trials if is_attempt(t)]
+    lv = {k: _level(params.get(k)) for k in knobs}
+    cells = [(k,) for k in knobs] + [(a, b) for i, a in enumerate(knobs) for b in knobs[i + 1:]]
+    best = None
+    for cell in cells:
+        group = [t for t, tl in runs if all(tl[k] == lv[k] for k in cell)]
+        if len(group) < MIN_LEVEL_RUNS:
+            continue
+        d = failure_rate(sum(is_failure(t) for t in group), len(group))
+        if best is None or d["ci95"][0] > best["ci95"][0]:
+            best = {"knobs": {k: lv[k] for k in cell}, **d}
+    return best

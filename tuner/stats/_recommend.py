@@ -11,12 +11,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from tuner.stats._configs import RunCIs, config_estimate, holm, ratio_estimate
-from tuner.stats._failures import config_failure, config_key, failure_model, is_attempt, is_failure
+from tuner.stats._failures import (
+    FLAKY_FAILURE_RATE,
+    config_failure,
+    config_key,
+    failure_model,
+    is_attempt,
+    is_failure,
+    neighbour_risk,
+)
 from tuner.stats._record import TrialRecord
 from tuner.stats._runoff import RUNOFF, ranked_remeasured
 from tuner.stats._smoothing import smoothed_values
 
-__all__ = ["recommend", "ablation_effects", "what_matters"]
+__all__ = ["recommend", "ablation_effects", "what_matters", "what_matters_power"]
 
 
 
@@ -28,12 +36,35 @@ def _is_remeasure(t: TrialRecord) -> bool:
     return t.role == "ablation" and t.ablation_knob is None
 
 
-def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df: int,
-              levels: dict[str, dict[str, dict[str, Any]]], baseline: TrialRecord | None) -> dict[str, Any] | None:
+def confirmation_runs(trials: Sequence[TrialRecord], cis: RunCIs) -> set[int]:
+    """Trial numbers held out of the choice: the later half (by trial number) of each config's
+    re-measurements where it has at least two. Which runs are held out is fixed before any
+    value is read, so the chosen config's held-out runs read as any launch of it would: its
+    numbers come from runs that did not choose it (the winner's curse; issue 29)."""
+    by_config: dict[str, list[int]] = {}
+    for t in trials:
+        if _is_remeasure(t) and t.number in cis:
+            by_config.setdefault(config_key(t.params), []).append(t.number)
+    out: set[int] = set()
+    for numbers in by_config.values():
+        numbers.sort()
+        if len(numbers) >= 2:
+            out.update(numbers[len(numbers) - len(numbers) // 2:])
+    return out
+
+
+def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df: float,
+              levels: dict[str, dict[str, dict[str, Any]]], baseline: TrialRecord | None,
+              se_scale: float = 1.0) -> dict[str, Any] | None:
     """The best reliable config (analysis.json's ``best``), chosen on re-measurements where any
     exist, with its speedup over the baseline config; beside it the faster flaky one and the
     fastest reliable config found after the ablation round, hence not re-measured, whose search
-    run beat the recommendation's (``faster_not_remeasured``)."""
+    run beat the recommendation's (``faster_not_remeasured``).
+
+    The choice reads every run but the :func:`confirmation_runs`; the recommended config's
+    throughput and speedup come from its confirmation runs alone, and ``winners_curse_adjusted``
+    is true only then. A config with one re-measurement has none to hold out: its number is
+    the re-measurement that chose it (``winners_curse_adjusted`` false)."""
     search = [t for t in trials if t.role != "ablation" and t.number in cis]
     if not search:
         return None
@@ -48,16 +79,21 @@ def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df
             if not _is_remeasure(t) and d["first_trial"] is None:
                 d["first_trial"] = t.number
     fail_model = failure_model(trials, list(levels))
-    est = lambda runs: config_estimate([cis[t.number] for t in runs], tau2=tau2, tau_df=tau_df)  # noqa: E731
+    est = lambda runs: config_estimate([cis[t.number] for t in runs], tau2=tau2, tau_df=tau_df,  # noqa: E731
+                                       se_scale=se_scale)
+    confirm = confirmation_runs(trials, cis)
+    choosing = [t for t in trials if t.number not in confirm]
     rows = []
     for key, d in by_config.items():
         if not d["search"] and not d["remeasure"]:
             continue
-        remeasured = est(d["remeasure"]) if d["remeasure"] else None
+        # ranked on the runs that choose; the confirmation runs are read only for the chosen one
+        remeasured = est([t for t in d["remeasure"] if t.number not in confirm]) if d["remeasure"] else None
         # a remeasure failure counts as a failure of the config (tuner.stats)
         rows.append({"key": key, "params": d["params"], "remeasured": remeasured,
                      "search": est(d["search"] or d["remeasure"]), "first_trial": d["first_trial"],
                      "remeasure_trials": [t.number for t in d["remeasure"]],
+                     "confirmation": [t for t in d["remeasure"] if t.number in confirm],
                      "failure": config_failure(d["params"], trials, levels, fail_model)})
     score = lambda r: (r["remeasured"] or r["search"])["mean"]  # noqa: E731
     reliable = [r for r in rows if not r["failure"]["flaky"]]
@@ -71,11 +107,11 @@ def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df
     finalists = {config_key(t.params) for t in trials if _is_remeasure(t) and t.remeasure == RUNOFF}
     if remeasured and finalists & {r["key"] for r in remeasured}:
         ranked = ranked_remeasured({r["key"]: r["remeasured"] for r in remeasured},
-                                   smoothed_values(trials, list(levels)))
+                                   smoothed_values(choosing, list(levels)))
         first = next(k for k, _ in ranked if k in finalists)
         chosen = next(r for r in remeasured if r["key"] == first)
     elif remeasured:
-        smoothed = smoothed_values(trials, list(levels), ablation_runs=True)
+        smoothed = smoothed_values(choosing, list(levels), ablation_runs=True)
         chosen = max(remeasured, key=lambda r: (smoothed.get(r["key"], 0.0), score(r)))
     else:  # no re-measurement: the search's smoothed estimate (tuner.stats), not its luckiest run
         smoothed = smoothed_values(trials, list(levels))
@@ -86,7 +122,13 @@ def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df
         base_runs = [t for t in trials if t.number in cis and config_key(t.params) == config_key(baseline.params)
                      and (t.role != "ablation" or t.ablation_knob is None)]
         base_est = est(base_runs)
-    measured = chosen["remeasured"] or chosen["search"]
+    confirmed = est(chosen["confirmation"]) if chosen["confirmation"] else None
+    if confirmed is None and chosen["remeasured"] is not None:   # one re-measurement: it chose, and it reports
+        confirmed_or_chosen = est([t for t in trials if t.number in cis and _is_remeasure(t)
+                                   and config_key(t.params) == chosen["key"]])
+    else:
+        confirmed_or_chosen = confirmed
+    measured = confirmed_or_chosen or chosen["search"]
     same_as_base = baseline is not None and chosen["key"] == config_key(baseline.params)
     speedup = None if same_as_base else ratio_estimate(measured, base_est)
     flaky_faster = next((r for r in sorted(rows, key=score, reverse=True) if r["failure"]["flaky"]
@@ -107,10 +149,16 @@ def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df
     return {"trial": trial, "params": chosen["params"], "tokens_per_sec_per_gpu": _public(measured),
             "speedup_vs_baseline": _public(speedup),
             "search_tokens_per_sec_per_gpu": _public(chosen["search"]),
-            "winners_curse_adjusted": chosen["remeasured"] is not None,
-            "measured_by_trial": chosen["remeasure_trials"][0] if chosen["remeasured"] else trial,
+            "winners_curse_adjusted": confirmed is not None,
+            "measured_by_trial": (chosen["confirmation"][0].number if confirmed is not None
+                                  else chosen["remeasure_trials"][0] if chosen["remeasured"] else trial),
+            "confirmation_trials": [t.number for t in chosen["confirmation"]],
             "remeasure_trials": chosen["remeasure_trials"], "n_runs": measured["n_runs"],
-            "failure": chosen["failure"],
+            "failure": {**chosen["failure"], "neighbour_risk": (risk := neighbour_risk(chosen["params"], trials, list(levels))),
+                        # the risk flag at the top of RECIPE: its own estimate, or a neighbourhood of its
+                        # levels that fails >= 25% beyond doubt (issue 29)
+                        "risk_flagged": chosen["failure"]["estimate"] >= FLAKY_FAILURE_RATE
+                        or (risk is not None and risk["ci95"][0] >= FLAKY_FAILURE_RATE)},
             "chosen_on": ("runoff re-measurements" if chosen["key"] in finalists else "re-measurements")
             if any_remeasured else "search trials (not re-measured)",
             "reliable": not chosen["failure"]["flaky"],
@@ -126,8 +174,8 @@ def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df
             "baseline_estimate": _public(base_est)}
 
 
-def ablation_effects(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df: int,
-                     baseline_params: dict[str, Any] | None) -> dict[str, Any] | None:
+def ablation_effects(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df: float,
+                     baseline_params: dict[str, Any] | None, se_scale: float = 1.0) -> dict[str, Any] | None:
     """Each knob's worth: re-measured reference / its one-knob revert - 1, CIs with run-to-run
     variation, Holm-corrected significance; failed runs listed (a failed revert is a failure)."""
     # an extended study plans its ablation again for its new best (tuner.study): the latest round counts
@@ -140,12 +188,14 @@ def ablation_effects(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float,
                       None)
     ref_runs = [t for t in abl if _is_remeasure(t) and ref_params is not None
                 and config_key(t.params) == config_key(ref_params) and t.number in cis]
-    ref = config_estimate([cis[t.number] for t in ref_runs], tau2=tau2, tau_df=tau_df) if ref_runs else None
+    ref = config_estimate([cis[t.number] for t in ref_runs], tau2=tau2, tau_df=tau_df,
+                          se_scale=se_scale) if ref_runs else None
     effects = []
     for t in reverts:
         if t.number not in cis or ref is None:
             continue
-        r = ratio_estimate(ref, config_estimate([cis[t.number]], tau2=tau2, tau_df=tau_df))
+        r = ratio_estimate(ref, config_estimate([cis[t.number]], tau2=tau2, tau_df=tau_df,
+                                                                se_scale=se_scale))
         if r is None:
             continue
         knob = t.ablation_knob
@@ -165,22 +215,68 @@ def ablation_effects(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float,
 
 
 def what_matters(importance: Sequence[dict[str, Any]], ablation: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """Knobs to list under "What matters", ranked: first those whose re-measured ablation
-    effect is significant after Holm (by size), then knobs not ablated whose total index
-    beats the placebo (by index). A knob whose ablation found no significant effect, or whose
-    index does not beat the placebo, is not listed.
+    """Knobs to list under "What matters", from two channels shown side by side: the ablation's
+    re-measured one-knob effect at the recommended config (Holm over the ablated knobs) and the
+    search's global importance (total index against a placebo, Bonferroni over the knobs).
 
-    An ablated knob needs both pieces of evidence when both exist: its Holm-significant revert
-    is one run against the re-measured best, so a knob without an effect clears Holm in about 1%
-    of studies (docs/statistics.md, section 5); it is listed only if the search's importance
-    did not find it indistinguishable from the placebo (``matters`` not False). Such knobs are
-    shown apart by the report (``ablation_only``)."""
+    A knob is listed when either channel finds it: first the Holm-significant ablation effects
+    (by size), then knobs whose index beats the placebo (by index). A Holm-significant ablation
+    effect is never dropped because the importance missed it: a second-order surrogate cannot
+    see a three-way interaction, nor a knob the search stopped varying, and the ablation
+    measured it at the recommended config. Each channel controls its own family-wise error at
+    5%, so a knob without an effect is listed in at most about 10% of studies (measured: <= 1%,
+    docs/statistics.md section 6). Each row carries both channels' evidence (``ablation``,
+    ``importance``; None where a channel did not test the knob) and ``source``, the channel
+    whose number leads (``impact``/``ci95`` for the ablation, ``total``/``ci95`` for the
+    importance).
+    """
     abl = {e["knob"]: e for e in (ablation or {}).get("knobs", [])}
-    placebo_like = {d["knob"] for d in importance if d.get("matters") is False}
-    rows = [{"knob": k, "source": "ablation", "impact": e["impact"], "ci95": e["ci95"]}
-            for k, e in sorted(abl.items(), key=lambda kv: -abs(kv[1]["impact"]))
-            if e["significant"] and k not in placebo_like]
+    imp = {d["knob"]: d for d in importance}
+
+    def channels(knob: str) -> dict[str, Any]:
+        e, d = abl.get(knob), imp.get(knob)
+        return {"ablation": None if e is None else {"impact": e["impact"], "ci95": e["ci95"], "p_value": e.get("p_value"),
+                                                     "significant": bool(e["significant"])},
+                "importance": None if d is None or d.get("total") is None else {
+                    "total": d["total"], "ci95": d.get("ci95"), "vs_placebo_ci95": d.get("vs_placebo_ci95"),
+                    "matters": d.get("matters")}}
+
+    rows = []
+    for k, e in sorted(abl.items(), key=lambda kv: -abs(kv[1]["impact"])):
+        if e["significant"]:
+            ch = channels(k)
+            both = bool((ch["importance"] or {}).get("matters"))
+            rows.append({"knob": k, "source": "ablation", "impact": e["impact"], "ci95": e["ci95"],
+                         "evidence": ["ablation", "importance"] if both else ["ablation"], **ch})
+    listed = {r["knob"] for r in rows}
     for d in importance:
-        if d["knob"] not in abl and d.get("matters"):
-            rows.append({"knob": d["knob"], "source": "importance", "total": d["total"], "ci95": d["ci95"]})
+        if d["knob"] not in listed and d.get("matters"):
+            rows.append({"knob": d["knob"], "source": "importance", "total": d["total"], "ci95": d["ci95"],
+                         "evidence": ["importance"], **channels(d["knob"])})
     return rows
+
+
+def what_matters_power(importance: Sequence[dict[str, Any]], ablation: dict[str, Any] | None,
+                       importance_model: dict[str, Any] | None) -> str | None:
+    """A sentence when neither channel had the power to find anything (What matters is empty),
+    saying why; None otherwise."""
+    if what_matters(importance, ablation):
+        return None
+    parts = []
+    knobs = (ablation or {}).get("knobs") or []
+    if not knobs:
+        parts.append("no ablation was measured (no re-measured best with one-knob reverts)")
+    else:
+        widest = max((e["ci95"][1] - e["ci95"][0]) / 2 for e in knobs)
+        parts.append(f"no ablation effect cleared Holm's correction over {len(knobs)} knobs (CIs up to "
+                     f"+-{widest:.0%} wide)")
+    model = importance_model or {}
+    n = model.get("n_trials")
+    r2 = model.get("oob_r2")
+    if not importance or all(d.get("total") is None for d in importance):
+        parts.append(f"the importance had too few ok search trials ({n or 0})")
+    else:
+        parts.append("no knob's importance beat the random placebo knob"
+                     + (f" (surrogate leave-one-out R^2 {r2:.2f} over {n} trials)" if r2 is not None else ""))
+    return ("Neither channel has the power to name a knob: " + "; ".join(parts)
+            + ". This is no evidence that the knobs do not matter.")

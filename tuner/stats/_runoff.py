@@ -28,7 +28,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tuner.stats._configs import config_estimate, run_groups
+from tuner.stats._configs import config_estimate, run_variance
 from tuner.stats._failures import config_failure, config_key, failure_model, level_failures
 from tuner.stats._trial_ci import trial_cis
 
@@ -146,7 +146,7 @@ def round_estimates(trials, knobs: Sequence[str], round_: int) -> tuple[dict[str
     """(config key -> config_estimate of the round's re-measurements, config key -> params),
     flaky configs left out."""
     cis, _ = trial_cis(trials)
-    tau2, tau_df = run_groups(trials, cis)
+    lv = run_variance(trials, cis)
     levels, model = level_failures(trials, knobs), failure_model(trials, knobs)
     runs: dict[str, list[dict[str, Any]]] = {}
     params: dict[str, dict[str, Any]] = {}
@@ -156,6 +156,6 @@ def round_estimates(trials, knobs: Sequence[str], round_: int) -> tuple[dict[str
             runs.setdefault(config_key(t.params), []).append(cis[t.number])
             params[config_key(t.params)] = t.params
     estimates = {k: e for k, r in runs.items()
-                 if (e := config_estimate(r, tau2=tau2, tau_df=tau_df)) is not None
+                 if (e := config_estimate(r, tau2=lv.tau2, tau_df=lv.df, se_scale=lv.se_scale)) is not None
                  and not config_failure(params[k], trials, levels, model)["flaky"]}
     return estimates, params
