@@ -14,6 +14,10 @@ Fixtures (real services, never mocks):
 Markers: ``slow`` for tests that start processes (torchrun, `tuner` subprocesses, private
 servers, Slurm); ``postgres`` for tests that need PostgreSQL, set here for every test that
 uses a PostgreSQL fixture. ``pytest -m "not slow"`` is the quick suite.
+
+The suite runs on two pytest-xdist workers (pyproject's addopts: ``-n 2 --dist loadgroup``);
+the tests that share the session's Slurm cluster are one group, run by one worker. ``-n 0``
+runs everything in one process.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.postgres)
         if names & _SLOW_FIXTURES:
             item.add_marker(pytest.mark.slow)
+        if "slurm_cluster" in names:  # one session cluster: pytest-xdist runs its tests on one worker
+            item.add_marker(pytest.mark.xdist_group("slurm"))
 
 
 @pytest.fixture

@@ -146,14 +146,15 @@ def test_running_trials_beat_from_their_first_moment_and_go_stale_once(storage_u
     enqueued trial is not stale while it waits; two checkers fail a dead trial once."""
     url = storage_url
     failed = []
-    stores = [open_storage(url, grace_period_s=1, stale_trial_callback=lambda s, t: failed.append(t.number))
+    # a 4 s grace: `late` must not go stale between its ask and the checkers on a loaded machine
+    stores = [open_storage(url, grace_period_s=4, stale_trial_callback=lambda s, t: failed.append(t.number))
               for _ in range(2)]
     study = optuna.create_study(study_name="s", storage=stores[0])
     study.enqueue_trial({"x": 1})
     study.enqueue_trial({"x": 2})
     popped, fresh = _ask(study), _ask(study)                 # a WAITING trial popped, a new one
     assert study.trials[popped.number].state == study.trials[fresh.number].state == TrialState.RUNNING
-    time.sleep(2.2)                                           # nobody beats: both are stale
+    time.sleep(4.5)                                           # nobody beats: both are stale
     late = _ask(study)                                        # waited past the grace; popped now
     studies = [optuna.load_study(study_name="s", storage=s) for s in stores]
     threads = [threading.Thread(target=_fail_stale, args=(s, st)) for s, st in zip(studies, stores)]
