@@ -101,7 +101,8 @@ class ModelInputs:
     def layout_kwargs(self) -> dict[str, Any]:
         """Arguments of ``helper.layout_memory`` / ``layout_step_time`` besides the layout."""
         return dict(gpu=self.gpu, micro_batch=self.micro_batch, seq_len=self.seq_len,
-                    activation_checkpointing=self.activation_checkpointing, grad_accum=self.grad_accum)
+                    activation_checkpointing=self.activation_checkpointing, grad_accum=self.grad_accum,
+                    stack=self.stack)
 
     def measurement(self, tokens_per_sec_per_gpu: float | None = None, *,
                     padding_known: bool = True) -> dict[str, Any]:
