@@ -34,12 +34,23 @@ from typing import Any
 from helper.gpus import GPUS
 from helper.mesh import Layout
 from helper.presets import MODEL_PRESETS, get_preset
+from helper.stacks import STACKS
 
-__all__ = ["LAYOUT_KNOBS", "preset_problem", "sim_gpu_problem", "sim_physics_problem", "layout_problem",
+__all__ = ["LAYOUT_KNOBS", "stack_problem", "preset_problem", "sim_gpu_problem", "sim_physics_problem", "layout_problem",
            "space_layout_problem", "sim_problem", "checkpoint_problem", "CHECKPOINT_MODES"]
 
 LAYOUT_KNOBS = ("sharding", "shard_group_size", "tp_degree")
 """The knobs that choose the mesh."""
+
+
+def stack_problem(name: str) -> str | None:
+    """Why ``name`` is not one of helper's training-stack presets (``helper.stacks``), or None.
+
+    Example:
+        >>> stack_problem("hf-sdpa") is None, stack_problem("nemo").startswith("unknown stack 'nemo'")
+        (True, True)
+    """
+    return None if name in STACKS else f"unknown stack {name!r}; one of {', '.join(STACKS)}"
 CHECKPOINT_MODES = ("sync", "async")
 """[trial] checkpoint_mode: torch.distributed.checkpoint.save or async_save."""
 

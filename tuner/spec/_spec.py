@@ -18,11 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from helper.stacks import STACKS
 from tuner.budget import parse_budget
 from tuner.errors import BudgetError, SpecError
 from tuner.knobs import KNOBS, LAUNCH_KNOBS, activity_rule, is_active, value_problem
-from tuner.spec._cluster import check_spec, preset_problem, sim_gpu_problem, sim_physics_problem
+from tuner.spec._cluster import check_spec, preset_problem, sim_gpu_problem, sim_physics_problem, stack_problem
 from tuner.spec._fingerprint import FINGERPRINT_WHEN_SET, spec_fingerprint
 from tuner.spec._sections import (
     BACKENDS,
@@ -224,8 +223,8 @@ def _check_model(m: ModelSection, base_dir: Path, fail) -> ModelSection:
         raise fail("model.seq_len", f"must be >= 8, got {m.seq_len}")
     if m.dtype not in DTYPES:
         raise fail("model.dtype", f"unknown dtype {m.dtype!r}; one of {', '.join(DTYPES)}")
-    if m.stack not in STACKS:
-        raise fail("model.stack", f"unknown stack {m.stack!r}; one of {', '.join(STACKS)}")
+    if (problem := stack_problem(m.stack)):
+        raise fail("model.stack", problem)
     if m.path is not None and _looks_local(m.path):
         resolved = (base_dir / m.path).resolve()
         if not resolved.exists():
