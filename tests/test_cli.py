@@ -160,6 +160,28 @@ def test_a_failed_preflight_leaves_no_database_lock_or_runs_folder(tmp_path, mon
     assert sorted(p.name for p in tmp_path.iterdir()) == before          # no tuner.db, tuner.lock, runs/
 
 
+def test_an_unreachable_storage_leaves_no_runs_folder(tmp_path, monkeypatch, capsys):
+    from tuner import cli
+
+    monkeypatch.chdir(tmp_path)
+    spec = fast_spec(tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    url = "postgresql+psycopg2://nobody@127.0.0.1:1/none"          # port 1: refused at once
+    assert cli.main(["run", "--study", spec.source_path, "--budget", "1gpuh", "--storage", url, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tuner run: error: cannot open storage") and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_help_and_readme_give_the_same_quickstart_budget(capsys):
+    from tuner import cli
+
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    budget = capsys.readouterr().out.split("--budget ")[-1].split(";")[0]
+    assert f"--budget {budget}" in (ROOT / "README.md").read_text()
+
+
 def test_a_failed_preflight_keeps_a_database_that_holds_trials(tmp_path, monkeypatch):
     import optuna
 

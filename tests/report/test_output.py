@@ -60,3 +60,13 @@ def test_cli_analyze_and_report_into_a_file_exit_2_with_one_line(tmp_path, capsy
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and len(err) == 1 and "is a file, not a folder" in err[0]
     assert blocker.read_text() == ""
+
+
+def test_outputs_are_readable_by_the_team(tmp_path):
+    """mkstemp's 0600 made report.html unreadable to teammates on a shared file system."""
+    old = os.umask(0o022)
+    try:
+        path = write_atomic(tmp_path / "report.html", "<html></html>")
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o644

@@ -13,7 +13,7 @@ from tuner.storage import study_storage
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--virtual-time-budget=4000", "--hide-scrollbars"]
+         "--virtual-time-budget=4000", "--hide-scrollbars", "--lang=en-US"]
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +54,8 @@ _MEASURE = """<script>window.addEventListener('load', function () { setTimeout(f
   m.dataset.headlineText = document.getElementById('headline').innerText.replace(/\\s+/g, ' ');
   m.dataset.pre = Array.from(document.querySelectorAll('pre')).map(function (p) { return p.innerText; }).join(' ');
   m.dataset.collapsed = document.querySelectorAll('details:not([open])').length;
+  var plan = document.getElementById('plan-tokens'); m.dataset.savedBefore = document.getElementById('saved').textContent;
+  plan.value = 2 * parseFloat(plan.value); tunerPlan(); m.dataset.savedAfter = document.getElementById('saved').textContent;
   document.body.appendChild(m); }, 300); });</script>"""
 
 
@@ -96,6 +98,8 @@ def test_report_in_headless_chromium_reads_in_one_screen(study_and_analysis, tmp
     assert "##" not in m["pre"] and "**" not in m["pre"], m["pre"]                 # the recipe is rendered
     assert "<strong>Warning: <code>NCCL_PROTO=LL128</code>" in dom.stdout       # ... with its NCCL warning
     assert int(m["collapsed"]) >= 3                                              # detail tables collapse
+    before, after = (float(m[k].split()[0].replace(",", "")) for k in ("saved-before", "saved-after"))
+    assert after == pytest.approx(2 * before, rel=0.01)                        # the reader's plan reprices it
     assert dom.stdout.count('class="main-svg"') >= 3                             # plots drawn by plotly.js
     assert shot.exists() and shot.stat().st_size > 10_000
 

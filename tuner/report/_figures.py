@@ -87,7 +87,7 @@ def _importance(analysis: dict[str, Any]):
     placebo = ((analysis.get("importance_model") or {}).get("placebo") or {}).get("total")
     if placebo is not None:
         fig.add_vline(x=placebo, line_dash="dot", line_color="crimson",
-                      annotation_text="random placebo knob", annotation_position="top right")
+                      annotation_text="random placebo knob", annotation_position="bottom right")
     fig.update_layout(title="Knob importance (green: above the placebo)",
                       xaxis_title="total-order index: share of the variance of log tokens/s/GPU (95% BCa CI)",
                       yaxis={"autorange": "reversed"}, height=120 + 32 * len(imp),
