@@ -15,9 +15,9 @@ Markers: ``slow`` for tests that start processes (torchrun, `tuner` subprocesses
 servers, Slurm); ``postgres`` for tests that need PostgreSQL, set here for every test that
 uses a PostgreSQL fixture. ``pytest -m "not slow"`` is the quick suite.
 
-The suite runs on two pytest-xdist workers (pyproject's addopts: ``-n 2 --dist loadgroup``);
-the tests that share the session's Slurm cluster are one group, run by one worker. ``-n 0``
-runs everything in one process.
+The suite runs on two pytest-xdist workers (pyproject's addopts: ``-n 2 --dist loadfile``), a
+test file to a worker, so a module fixture is built once; each worker that runs a Slurm test
+starts its own cluster (free ports, its own munge). ``-n 0`` runs everything in one process.
 """
 
 from __future__ import annotations
@@ -42,8 +42,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.postgres)
         if names & _SLOW_FIXTURES:
             item.add_marker(pytest.mark.slow)
-        if "slurm_cluster" in names:  # one session cluster: pytest-xdist runs its tests on one worker
-            item.add_marker(pytest.mark.xdist_group("slurm"))
 
 
 @pytest.fixture
