@@ -78,7 +78,7 @@ def test_a_cold_command_still_works_one_launch_per_trial(tmp_path):
 
 def test_a_warm_trial_that_hangs_times_out_and_the_next_starts_a_fresh_worker(tmp_path, monkeypatch):
     monkeypatch.setenv("RESIDENT_OBJECTIVE_MODE", "hang")
-    spec = resident_spec(tmp_path, timeout_s=8)
+    spec = resident_spec(tmp_path, timeout_s=25)  # the first (cold) trial starts a worker: seconds on a loaded machine
     launcher = get_launcher(spec)
     try:
         first = launcher.launch(request(spec, tmp_path, 0, micro_batch=1))
