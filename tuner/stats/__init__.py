@@ -40,6 +40,7 @@ from tuner.stats._failures import (
     failure_model,
     failure_rate,
     level_failures,
+    neighbour_risk,
 )
 from tuner.stats._importance import (
     knob_importance,
@@ -87,6 +88,7 @@ __all__ = [
     "TAU_PRIOR_SD",
     "confirmation_runs",
     "launch_variance",
+    "neighbour_risk",
     "noise_diagnostics",
     "run_variance",
     "what_matters",
