@@ -18,6 +18,10 @@ from tuner.stats._analysis import (
     ratio_ci,
     write_analysis,
 )
+from tuner.stats._bootstrap import (
+    bca_limits,
+    grouped_jackknife,
+)
 from tuner.stats._configs import (
     TAU_PRIOR_DF,
     TAU_PRIOR_SD,
@@ -84,6 +88,8 @@ from tuner.stats._trial_ci import (
 __all__ = [
     "FLAKY_FAILURE_RATE",
     "LaunchVariance",
+    "bca_limits",
+    "grouped_jackknife",
     "TAU_PRIOR_DF",
     "TAU_PRIOR_SD",
     "confirmation_runs",
