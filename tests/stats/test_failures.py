@@ -34,3 +34,20 @@ def test_the_model_blames_the_level_that_fails_not_the_one_beside_it():
     # one lucky success of an mb 8 config does not make it reliable
     lucky = config_failure({"mb": 8, "proto": "LL"}, trials + [run(99, "ok", mb=8, proto="LL")], levels, model)
     assert lucky["flaky"] and lucky["worst_level"]["knob"] == "mb"
+
+
+def test_a_pair_of_levels_that_fails_together_is_the_configs_risk():
+    """micro_batch 8 fails half its runs with checkpointing and every run without (the
+    concentrated-failures family): the config mb 8 + checkpointing is at risk by its pair of
+    levels, which an additive model cannot say; a config away from mb 8 is not."""
+    from tuner.stats import neighbour_risk
+
+    trials = []
+    for i in range(80):
+        mb, ckpt = (8 if i % 2 else 4), bool((i // 2) % 2)
+        fails = mb == 8 and (not ckpt or (i // 4) % 2 == 0)
+        trials.append(run(i, "oom" if fails else "ok", mb=mb, ckpt=ckpt, workers=i % 3))
+    risk = neighbour_risk({"mb": 8, "ckpt": True, "workers": 1}, trials, ["mb", "ckpt", "workers"])
+    assert risk["ci95"][0] >= 0.25 and risk["knobs"]["mb"] == "8"
+    safe = neighbour_risk({"mb": 4, "ckpt": True, "workers": 1}, trials, ["mb", "ckpt", "workers"])
+    assert safe["ci95"][0] < 0.25   # its worst neighbourhood (workers=1) holds mb 8 runs, not surely >= 25%

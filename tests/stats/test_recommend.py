@@ -157,7 +157,7 @@ def test_a_holm_significant_ablation_effect_is_listed_even_where_the_importance_
 
 
 def test_what_matters_takes_both_channels_and_says_when_neither_has_power():
-    from tuner.stats._recommend import what_matters, what_matters_power
+    from tuner.stats import what_matters, what_matters_power
 
     importance = [{"knob": "a", "total": 0.5, "ci95": [0.4, 0.6], "matters": True},
                   {"knob": "b", "total": 0.01, "ci95": [0.0, 0.02], "matters": False},

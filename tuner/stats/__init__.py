@@ -21,6 +21,10 @@ from tuner.stats._budget_use import (
     budget_use,
     budget_use_line,
 )
+from tuner.stats._bootstrap import (
+    bca_limits,
+    grouped_jackknife,
+)
 from tuner.stats._configs import (
     TAU_PRIOR_DF,
     TAU_PRIOR_SD,
@@ -43,6 +47,7 @@ from tuner.stats._failures import (
     failure_model,
     failure_rate,
     level_failures,
+    neighbour_risk,
 )
 from tuner.stats._headline import gpu_hours, headline, mfu, model_flops
 from tuner.stats._importance import (
@@ -87,10 +92,13 @@ from tuner.stats._trial_ci import (
 __all__ = [
     "FLAKY_FAILURE_RATE",
     "LaunchVariance",
+    "bca_limits",
+    "grouped_jackknife",
     "TAU_PRIOR_DF",
     "TAU_PRIOR_SD",
     "confirmation_runs",
     "launch_variance",
+    "neighbour_risk",
     "noise_diagnostics",
     "run_variance",
     "what_matters",

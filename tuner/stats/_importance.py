@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from tuner.stats._bootstrap import bca_limits, grouped_jackknife
 from tuner.stats._record import TrialRecord
 
 __all__ = ["knob_importance", "PLACEBO", "N_BOOT"]
@@ -50,12 +51,9 @@ _N_PERMS = 8
 _ALPHAS = tuple(np.logspace(-3, 3, 13))
 """Ridge penalties tried (the one with the smallest leave-one-out error is used)."""
 _MIN_TRIALS = 6
-JACKKNIFE_EXACT_MAX = 300
-"""Up to this many ok trials BCa's acceleration comes from scipy's leave-one-out jackknife (one
-refit per trial); above it, from a grouped jackknife of :data:`JACKKNIFE_GROUPS` groups (one
-refit per group: Efron & Tibshirani, *An Introduction to the Bootstrap*, 1993, sec. 11.5 and
-14.3), so a 10,000-trial study refits 50 times, not 10,000."""
-JACKKNIFE_GROUPS = 50
+JACKKNIFE_EXACT_MAX, JACKKNIFE_GROUPS = 300, 50
+"""Above 300 ok trials BCa's acceleration comes from a jackknife of 50 groups, not one refit per
+trial (tuner.stats' bootstrap helpers): a 10,000-trial study refits 50 times, not 10,000."""
 
 
 def _parent(knob: str, knobs: Sequence[str]) -> str | None:
@@ -210,14 +208,8 @@ class _Indices:
         k = x.shape[1]
         width = float(np.max(self.x_all) + 2) if self.x_all.size else 1.0
         pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]
-        out = []
-        for c in cols:
-            if c < k:
-                out.append(x[:, c])
-            else:
-                i, j = pairs[c - k]
-                out.append((x[:, i] + 1) * width + (x[:, j] + 1))
-        return np.column_stack(out)
+        return np.column_stack([x[:, c] if c < k else (x[:, pairs[c - k][0]] + 1) * width + (x[:, pairs[c - k][1]] + 1)
+                                for c in cols])
 
     def affected(self, j: int, k: int) -> list[int]:
         """The design's columns that involve a knob of block j (its main effects and pairs)."""
@@ -324,43 +316,6 @@ def knob_importance(trials: Sequence[TrialRecord], knobs: Sequence[str], *, n_bo
         return _bootstrapped(calc, x, y, ok, knobs, k, n_boot, seed)
 
 
-def _grouped_jackknife(statistic, n: int, seed: int) -> np.ndarray:
-    """The statistic with each of :data:`JACKKNIFE_GROUPS` random groups of trials left out:
-    shape (components, groups)."""
-    order = np.random.default_rng(seed + 2).permutation(n)
-    groups = np.array_split(order, JACKKNIFE_GROUPS)
-    keep = np.ones(n, bool)
-    out = []
-    for g in groups:
-        keep[:] = True
-        keep[g] = False
-        out.append(statistic(np.flatnonzero(keep)))
-    return np.array(out).T
-
-
-def _bca(dist: np.ndarray, theta: np.ndarray, jack: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
-    """BCa limits (Efron 1987) as scipy.stats.bootstrap computes them, from the bootstrap
-    distribution (components x resamples), the full-sample estimate and jackknife values
-    (components x groups); NaN where undefined (the caller falls back to percentiles)."""
-    from scipy.special import ndtr, ndtri
-
-    alpha = (1 - level) / 2
-    pct = ((dist < theta[:, None]).sum(-1) + (dist <= theta[:, None]).sum(-1)) / (2 * dist.shape[-1])
-    z0 = ndtri(pct)
-    dev = jack.mean(-1, keepdims=True) - jack
-    acc = (dev**3).sum(-1) / (6 * (dev**2).sum(-1) ** 1.5)
-    out = []
-    for z in (ndtri(alpha), ndtri(1 - alpha)):
-        a = ndtr(z0 + (z0 + z) / (1 - acc * (z0 + z)))
-        out.append(np.array([np.percentile(d, 100 * q) if np.isfinite(q) else np.nan for d, q in zip(dist, a)]))
-    low, high = out
-    bad = ~np.isfinite(low) | ~np.isfinite(high)
-    if bad.any():
-        low = np.where(bad, np.nanpercentile(dist, 50 * (1 - level), axis=-1), low)
-        high = np.where(bad, np.nanpercentile(dist, 100 - 50 * (1 - level), axis=-1), high)
-    return np.minimum(low, theta), np.maximum(high, theta)
-
-
 def _bootstrapped(calc: _Indices, x: np.ndarray, y: np.ndarray, ok: Sequence[TrialRecord],
                   knobs: Sequence[str], k: int, n_boot: int, seed: int) -> dict[str, Any]:
     from scipy import stats
@@ -386,9 +341,9 @@ def _bootstrapped(calc: _Indices, x: np.ndarray, y: np.ndarray, ok: Sequence[Tri
             res = stats.bootstrap((np.arange(len(ok)),), statistic, vectorized=False, method="percentile",
                                   n_resamples=n_boot, random_state=np.random.default_rng(seed + 1))
             dist = np.asarray(res.bootstrap_distribution)
-            jack = _grouped_jackknife(statistic, len(ok), seed)
-            lo, hi = _bca(dist, point, jack, CONFIDENCE)
-            strict_lo = _bca(dist, point, jack, strict_level)[0] if k > 2 else lo
+            jack = grouped_jackknife(statistic, len(ok), JACKKNIFE_GROUPS, seed)
+            lo, hi = bca_limits(dist, point, jack, CONFIDENCE)
+            strict_lo = bca_limits(dist, point, jack, strict_level)[0] if k > 2 else lo
     elif n_boot > 0:
         def interval(level: float, previous: Any = None) -> tuple[np.ndarray, np.ndarray, Any]:
             more = {"n_resamples": 0, "bootstrap_result": previous} if previous is not None else {"n_resamples": n_boot}
