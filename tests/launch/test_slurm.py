@@ -175,7 +175,7 @@ def test_study_trials_run_as_slurm_steps_of_one_allocation(slurm_cluster, tmp_pa
         assert t.user_attrs["nccl_env"] == {"NCCL_ALGO": "Ring"}          # passed through srun
         assert t.user_attrs["log_path"].startswith(str(tmp_path / "shared" / "slurm-study"))
     assert len({t.user_attrs["slurm_job_id"] for t in trials}) == 1       # one allocation, reused
-    assert slurm_cluster.wait_queue_empty(timeout_s=15) == []             # released by close()
+    assert slurm_cluster.wait_queue_empty(timeout_s=60) == []             # released by close()
 
 
 @pytest.mark.slow
@@ -186,7 +186,7 @@ def test_timeout_cancels_the_step_and_close_the_allocation(slurm_cluster, tmp_pa
     try:
         result = launcher.launch(request(spec, tmp_path, {"micro_batch": 1}))
         assert result.status == "timeout", result.message
-        assert 5 <= result.wall_seconds < 5 + 20
+        assert 5 <= result.wall_seconds < 5 + 120   # cancelled, not run out: srun's exit takes seconds under load
         assert result.gpu_seconds == pytest.approx(2 * result.wall_seconds)
         assert trial_steps(slurm_cluster) == []                  # the step is gone ...
         assert slurm_cluster.job_ids() == [result.extra["slurm_job_id"]]   # ... the allocation stays
@@ -196,7 +196,7 @@ def test_timeout_cancels_the_step_and_close_the_allocation(slurm_cluster, tmp_pa
         assert again.status == "ok" and again.extra["slurm_job_id"] == result.extra["slurm_job_id"]
     finally:
         launcher.close()
-    assert slurm_cluster.wait_queue_empty(timeout_s=15) == []
+    assert slurm_cluster.wait_queue_empty(timeout_s=60) == []
 
 
 @pytest.mark.slow
@@ -208,8 +208,8 @@ def test_ctrl_c_leaves_no_job_and_no_process(slurm_cluster, tmp_path, monkeypatc
     when_step_runs(slurm_cluster, lambda: signal.pthread_kill(main, signal.SIGINT))
     with pytest.raises(KeyboardInterrupt):
         launcher.launch(request(spec, tmp_path, {"micro_batch": 1}))
-    assert slurm_cluster.wait_queue_empty(timeout_s=15) == []
-    deadline = time.monotonic() + 10
+    assert slurm_cluster.wait_queue_empty(timeout_s=60) == []
+    deadline = time.monotonic() + 60
     while trial_processes_left(str(tmp_path)) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert trial_processes_left(str(tmp_path)) == []
@@ -232,7 +232,7 @@ def test_allocation_pending_too_long_is_an_error_trial(slurm_cluster, tmp_path):
         launcher.close()
     finally:
         slurm_cluster.run("scancel", blocker)
-    assert slurm_cluster.wait_queue_empty(timeout_s=15) == []
+    assert slurm_cluster.wait_queue_empty(timeout_s=60) == []
 
 
 @pytest.mark.slow
@@ -270,7 +270,7 @@ def test_node_failure_is_an_error_trial_and_the_next_trial_gets_a_new_allocation
         assert again.extra["slurm_job_id"] != result.extra["slurm_job_id"]
     finally:
         launcher.close()
-    assert slurm_cluster.wait_queue_empty(timeout_s=15) == []
+    assert slurm_cluster.wait_queue_empty(timeout_s=60) == []
 
 
 def _wait_node_idle(cluster, timeout_s=20.0):
@@ -304,7 +304,7 @@ def test_preemption_is_an_error_trial(slurm_cluster, tmp_path, monkeypatch):  # 
         launcher.close()
         if urgent:
             slurm_cluster.run("scancel", *urgent)
-    assert slurm_cluster.wait_queue_empty(timeout_s=15) == []
+    assert slurm_cluster.wait_queue_empty(timeout_s=60) == []
 
 
 @pytest.mark.slow
@@ -317,14 +317,14 @@ def test_two_coordinators_hold_their_own_allocations(slurm_cluster, tmp_path):  
         assert rb.status == "ok", rb.message
         assert rb.extra["slurm_job_id"] != held.job_id
         b.close()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while slurm_cluster.job_ids() != [held.job_id] and time.monotonic() < deadline:
             time.sleep(0.3)
         assert slurm_cluster.job_ids() == [held.job_id]          # b's close left a's alone
     finally:
         a.close()
         b.close()
-    assert slurm_cluster.wait_queue_empty(timeout_s=15) == []
+    assert slurm_cluster.wait_queue_empty(timeout_s=60) == []
 
 
 @pytest.mark.slow
@@ -347,7 +347,7 @@ def test_multi_node_trial_rendezvous_across_two_nodes(slurm_cluster, tmp_path): 
     assert result.status == "ok", result.message
     assert result.world_size == 2 and result.extra["slurm_nodes"] == ",".join(slurm_cluster.nodes)
     assert result.tokens_per_sec_per_gpu == pytest.approx(4000.0)
-    assert slurm_cluster.wait_queue_empty(timeout_s=15) == []
+    assert slurm_cluster.wait_queue_empty(timeout_s=60) == []
 
 
 @pytest.mark.slow
@@ -366,7 +366,7 @@ def test_one_real_fsdp_trial_across_two_slurm_nodes(slurm_cluster, tmp_path):  #
     (trial,) = optuna.load_study(study_name="slurm-real", storage=storage).trials
     assert trial.user_attrs["status"] == "ok", trial.user_attrs.get("message")
     assert trial.value > 0 and len(trial.intermediate_values) == 4
-    assert slurm_cluster.wait_queue_empty(timeout_s=15) == []
+    assert slurm_cluster.wait_queue_empty(timeout_s=60) == []
 
 
 @pytest.mark.slow
@@ -386,4 +386,4 @@ def test_warm_trials_share_one_step_and_close_cancels_it(slurm_cluster, tmp_path
     assert [r.extra["warm"] for r in results] == [False, True, True, True]
     assert "worker_startup_gpu_seconds" in results[0].extra
     assert len({r.extra["slurm_job_id"] for r in results}) == 1
-    assert slurm_cluster.wait_queue_empty(timeout_s=15) == []
+    assert slurm_cluster.wait_queue_empty(timeout_s=60) == []
