@@ -78,7 +78,7 @@ def test_unusable_server_is_one_line_within_seconds(pg_url, case, needle, create
     t0 = time.monotonic()
     with pytest.raises(StorageError) as info:
         open_storage(url, create_tables=create_tables)
-    assert time.monotonic() - t0 < 10
+    assert time.monotonic() - t0 < 60   # at once, not after the 300 s an outage is waited out
     message = str(info.value)
     assert "\n" not in message and needle in message and message.startswith("cannot open storage ")
     assert "s3cret" not in message
