@@ -282,7 +282,7 @@ NEEDLES = {"refused": "Connection refused", "no_database": 'database "no_such_db
 
 @pytest.mark.parametrize("case", sorted(NEEDLES))
 @pytest.mark.parametrize("command", ["run", "status"])
-def test_unusable_database_is_one_line_exit_2_within_10s(pg_url, private_db_url, tmp_path, capsys, case, command):
+def test_unusable_database_is_one_line_exit_2_at_once(pg_url, private_db_url, tmp_path, capsys, case, command):
     url = _bad_urls(pg_url, private_db_url)[case]
     spec = fast_spec(tmp_path)
     argv = {"run": ["run", "--study", str(spec.source_path), "--budget", "10gpus", "--storage", url, "--quiet"],
