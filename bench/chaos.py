@@ -183,6 +183,11 @@ def _logged_local(spec, log_dir: Path):
     return Logged(spec)
 
 
+def _signal(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
 def _log(log_dir: Path, record: dict) -> None:
     with open(log_dir / f"{os.getpid()}.jsonl", "a") as fh:
         fh.write(json.dumps(record) + "\n")
@@ -357,7 +362,7 @@ class Chaos:
         now = time.monotonic()
         if fault.kind == "kill_coordinator":
             c = self._pick(fault.target)
-            if c is None or any(pid == c.proc.pid and t1 > now for pid, _, t1 in self.frozen):
+            if c is None or any(pid == c.proc.pid and t1 > time.time() for pid, _, t1 in self.frozen):
                 return
             os.kill(c.proc.pid, signal.SIGKILL)
             self.killed.append((c.proc.pid, time.time()))
@@ -376,7 +381,7 @@ class Chaos:
                 return
             os.kill(c.proc.pid, signal.SIGSTOP)
             self.frozen.append((c.proc.pid, time.time(), time.time() + fault.length_s + 1.0))
-            undo.append((now + fault.length_s, lambda pid=c.proc.pid: os.kill(pid, signal.SIGCONT)))
+            undo.append((now + fault.length_s, lambda pid=c.proc.pid: _signal(pid, signal.SIGCONT)))
         elif fault.kind == "exhaust":
             self.held = []
             with contextlib.suppress(Exception):
@@ -625,8 +630,8 @@ def main(argv: list[str] | None = None) -> int:
         print(_row(r), flush=True)
         for v in r["violations"][:20]:
             print(f"  violation: {v}", flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+        if args.json:  # after each seed: a long series keeps what it measured
+            Path(args.json).write_text(json.dumps(results, indent=1))
     return 1 if any(r["violations"] for r in results) else 0
 
 
