@@ -198,12 +198,11 @@ def _log(log_dir: Path, record: dict) -> None:
 def coordinator(args: argparse.Namespace) -> int:
     """One coordinator: run_study on the shared study; every result it receives is logged
     (after the spool has it) for the 'recorded once' check."""
-    import tuner.study._spool as spool
     from tuner import RunOptions, load_spec, run_study
-    from tuner.study._outcome import outcome
+    from tuner.study import Spool, outcome
 
     log_dir = Path(args.log_dir)
-    put = spool.Spool.put
+    put = Spool.put
 
     def logged_put(self, number, result):
         out = outcome(result)
@@ -217,7 +216,7 @@ def coordinator(args: argparse.Namespace) -> int:
         _log(log_dir, record)
         return path
 
-    spool.Spool.put = logged_put
+    Spool.put = logged_put
     spec = load_spec(args.spec)
     launcher = _sim_launcher(spec, args.wall_s, log_dir) if args.launcher == "sim" else _logged_local(spec, log_dir)
     summary = run_study(spec, RunOptions(storage_url=args.url, budget_gpu_seconds=args.budget,
