@@ -522,7 +522,10 @@ def check_invariants(url: str, study_name: str, limit: float, runs_dir: Path, lo
                 and abs(float(own.user_attrs.get("gpu_seconds", -1)) - r["gpu_seconds"]) < 1e-6)
         copies = recovered.get(r["number"], [])
         if mine + len(copies) != 1:
-            violations.append(f"trial {r['number']}'s result recorded {mine + len(copies)} times")
+            state = "absent" if own is None else (f"{own.state.name} {own.user_attrs.get('status')}: "
+                                                  f"{own.user_attrs.get('message')}")
+            violations.append(f"trial {r['number']}'s result recorded {mine + len(copies)} times (received: {r}; "
+                              f"trial: {state})")
             continue
         # GPU-seconds charged once per run: the trial and its recovered copy together
         charged = sum(ledger[t.number].charged_gpu_seconds for t in [own, *copies] if t is not None)
