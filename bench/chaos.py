@@ -183,6 +183,11 @@ def _logged_local(spec, log_dir: Path):
     return Logged(spec)
 
 
+def _signal(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
 def _log(log_dir: Path, record: dict) -> None:
     with open(log_dir / f"{os.getpid()}.jsonl", "a") as fh:
         fh.write(json.dumps(record) + "\n")
@@ -193,12 +198,11 @@ def _log(log_dir: Path, record: dict) -> None:
 def coordinator(args: argparse.Namespace) -> int:
     """One coordinator: run_study on the shared study; every result it receives is logged
     (after the spool has it) for the 'recorded once' check."""
-    import tuner.study._spool as spool
     from tuner import RunOptions, load_spec, run_study
-    from tuner.study._outcome import outcome
+    from tuner.study import Spool, outcome
 
     log_dir = Path(args.log_dir)
-    put = spool.Spool.put
+    put = Spool.put
 
     def logged_put(self, number, result):
         out = outcome(result)
@@ -212,7 +216,7 @@ def coordinator(args: argparse.Namespace) -> int:
         _log(log_dir, record)
         return path
 
-    spool.Spool.put = logged_put
+    Spool.put = logged_put
     spec = load_spec(args.spec)
     launcher = _sim_launcher(spec, args.wall_s, log_dir) if args.launcher == "sim" else _logged_local(spec, log_dir)
     summary = run_study(spec, RunOptions(storage_url=args.url, budget_gpu_seconds=args.budget,
@@ -357,7 +361,7 @@ class Chaos:
         now = time.monotonic()
         if fault.kind == "kill_coordinator":
             c = self._pick(fault.target)
-            if c is None or any(pid == c.proc.pid and t1 > now for pid, _, t1 in self.frozen):
+            if c is None or any(pid == c.proc.pid and t1 > time.time() for pid, _, t1 in self.frozen):
                 return
             os.kill(c.proc.pid, signal.SIGKILL)
             self.killed.append((c.proc.pid, time.time()))
@@ -376,7 +380,7 @@ class Chaos:
                 return
             os.kill(c.proc.pid, signal.SIGSTOP)
             self.frozen.append((c.proc.pid, time.time(), time.time() + fault.length_s + 1.0))
-            undo.append((now + fault.length_s, lambda pid=c.proc.pid: os.kill(pid, signal.SIGCONT)))
+            undo.append((now + fault.length_s, lambda pid=c.proc.pid: _signal(pid, signal.SIGCONT)))
         elif fault.kind == "exhaust":
             self.held = []
             with contextlib.suppress(Exception):
@@ -518,7 +522,10 @@ def check_invariants(url: str, study_name: str, limit: float, runs_dir: Path, lo
                 and abs(float(own.user_attrs.get("gpu_seconds", -1)) - r["gpu_seconds"]) < 1e-6)
         copies = recovered.get(r["number"], [])
         if mine + len(copies) != 1:
-            violations.append(f"trial {r['number']}'s result recorded {mine + len(copies)} times")
+            state = "absent" if own is None else (f"{own.state.name} {own.user_attrs.get('status')}: "
+                                                  f"{own.user_attrs.get('message')}")
+            violations.append(f"trial {r['number']}'s result recorded {mine + len(copies)} times (received: {r}; "
+                              f"trial: {state})")
             continue
         # GPU-seconds charged once per run: the trial and its recovered copy together
         charged = sum(ledger[t.number].charged_gpu_seconds for t in [own, *copies] if t is not None)
@@ -625,8 +632,8 @@ def main(argv: list[str] | None = None) -> int:
         print(_row(r), flush=True)
         for v in r["violations"][:20]:
             print(f"  violation: {v}", flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+        if args.json:  # after each seed: a long series keeps what it measured
+            Path(args.json).write_text(json.dumps(results, indent=1))
     return 1 if any(r["violations"] for r in results) else 0
 
 

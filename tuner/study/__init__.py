@@ -20,7 +20,9 @@ from tuner.study._ablation import (
 from tuner.study._admission import (
     MAX_PRUNED_IN_A_ROW,
     end_unrun,
+    fail_stale_trials,
     last_run_params,
+    runoff_waits,
 )
 from tuner.study._breaker import (
     CircuitBreaker,
@@ -35,6 +37,7 @@ from tuner.study._coordinator import (
 )
 from tuner.study._heartbeat import (
     Heartbeat,
+    HeartbeatLost,
 )
 from tuner.study._lifecycle import (
     RunSummary,
@@ -46,6 +49,8 @@ from tuner.study._lifecycle import (
     summarize,
 )
 from tuner.study._outcome import (
+    INTERRUPTED,
+    LOST,
     Outcome,
     best_lower_bound,
     infrastructure_failure,
@@ -57,22 +62,30 @@ from tuner.study._preflight import (
     needs_preflight,
     preflight,
 )
+from tuner.study._spool import (
+    Spool,
+)
 
 __all__ = [
     "CircuitBreaker",
     "Heartbeat",
+    "HeartbeatLost",
+    "INTERRUPTED",
+    "LOST",
     "MAX_CANDIDATES",
     "MAX_PRUNED_IN_A_ROW",
     "N_CANDIDATES",
     "Outcome",
     "RunOptions",
     "RunSummary",
+    "Spool",
     "TrialEvent",
     "adaptive_bar",
     "best_lower_bound",
     "check_runs_dir",
     "end_unrun",
     "enqueue_lost_retries",
+    "fail_stale_trials",
     "infrastructure_failure",
     "label_budget_stop",
     "last_run_params",
@@ -82,6 +95,7 @@ __all__ = [
     "outcome",
     "plan_ablation",
     "plan_ablation_once",
+    "runoff_waits",
     "plan_runs",
     "preflight",
     "record_result",

@@ -230,15 +230,28 @@ def run_study(spec: StudySpec, options: RunOptions,
 
 def _record_spooled(study: optuna.Study, trial: optuna.Trial, result: TrialResult, own_spool: spool.Spool) -> None:
     """Record a finished trial; its result waits in the local spool (tuner.study) until the
-    storage has it, so an outage longer than the retries, or a crash, never loses it."""
-    try:
-        kept = own_spool.put(trial.number, result)
-    except OSError:  # a full disk: record it anyway, as before the spool
-        kept = None
-    if not with_retries(lambda: record_result(study, trial, result), what=f"recording trial {trial.number}"):
+    storage has it, so an outage longer than the retries, or a crash, never loses it. A full
+    disk does not stop the recording; the spool is tried again before each retry, so a result
+    held through an outage is on disk as soon as the disk has room."""
+    kept = _spool_put(own_spool, trial.number, result)
+
+    def record() -> bool:
+        nonlocal kept
+        if kept is None:
+            kept = _spool_put(own_spool, trial.number, result)
+        return record_result(study, trial, result)
+
+    if not with_retries(record, what=f"recording trial {trial.number}"):
         with_retries(lambda: spool.recover_late(study, trial.number, result), what=f"recovering trial {trial.number}")
     if kept is not None:
         kept.unlink(missing_ok=True)
+
+
+def _spool_put(own_spool: spool.Spool, number: int, result: TrialResult) -> Path | None:
+    try:
+        return own_spool.put(number, result)
+    except OSError:  # a full disk: record it anyway
+        return None
 
 
 def _record_stopped(study: optuna.Study, trial: optuna.Trial, gpu_seconds: float, lost: HeartbeatLost,
