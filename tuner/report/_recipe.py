@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from tuner.knobs import KNOBS, LAUNCH_KNOBS
-from tuner.stats import budget_use_line
 
 __all__ = ["render_recipe", "render_nccl_tuner_conf", "DEFAULT_PLANNED_TOKENS", "MIN_OK_TRIALS", "fmt_ci"]
 
@@ -292,6 +291,8 @@ def _what_matters(analysis, params) -> list[str]:
 
 
 def _provenance(analysis, model, cluster, data, sim, today) -> list[str]:
+    from tuner.stats import budget_use_line  # here: `tuner plan` imports the report's constants, not Optuna
+
     n_fail = analysis.get("n_failed", {})
     return ["", "## Provenance", "",
             f"- {'Simulated' if sim else 'Measured'}: study `{analysis['study']}`, {analysis['n_trials']} trials "
