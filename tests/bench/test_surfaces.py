@@ -183,7 +183,7 @@ def test_the_cap_stops_a_trial_and_a_timeout_ends_the_worker():
 # ---- the whole pipeline, one surface ------------------------------------------------------
 @pytest.mark.slow  # ~12 CPU-s, 14-35 s of wall on the shared VM: helper's view of the grid, then two studies
 def test_one_surface_end_to_end(capsys, tmp_path):
-    import search_surfaces
+    from bench import search_surfaces
 
     log = tmp_path / "log.jsonl"
     search_surfaces.main(["--quick", "--launchers", "cold", "--budget-gpuh", "3", "--strategies", "random,model-only",

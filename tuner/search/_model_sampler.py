@@ -81,6 +81,12 @@ MODEL_WEIGHT_SD = 1.0
 handful of measurements the model's differences between configs do not explain bring it near
 0 rather than being spread over every knob level's own effect (a test: 7 configs measured
 inversely to helper's prediction give a weight of 0.09 at 1.0, 0.66 at 0.5)."""
+LEVEL_SDS = (0.02, 0.04, 0.08, 0.16)
+INTERACTION_SDS = (0.03, 0.06, 0.12)
+"""The evidence GP's scales to choose from (type-II ML): never below 2% per knob level and 3%
+for a combination, the size of effects the search must still find where the model fits the
+large ones (on the first-principles 7B cluster the model weight stays ~1 while the optimum's
+micro-batch 4 x accumulation 8 x no checkpointing corner is 12% over what it predicts)."""
 MIN_FIT = 6
 """Measured configs before the evidence GP's scales are fitted to them (type-II ML)."""
 PICKS = ("startup", "cover", "probe", "ei", "ei_per_cost", "ei_per_cost_same_model")
@@ -324,7 +330,8 @@ class ModelGuidedSampler(BaseSampler):
                                                                      0.03, 0.3))
         if len(y_obs) >= MIN_FIT:  # how much the knobs move throughput here, from the measurements
             level_sd, interaction_sd = surrogate.evidence_scales(x_obs, y_obs, m_obs, noise_sd=NOISE_SD,
-                                                                 weight_sd=MODEL_WEIGHT_SD)
+                                                                 weight_sd=MODEL_WEIGHT_SD, level_sds=LEVEL_SDS,
+                                                                 interaction_sds=INTERACTION_SDS)
         else:  # before that, the model's prior spread (its error where measured) over the knobs
             level_sd, interaction_sd = 1.5 * signal / math.sqrt(max(1, x_cand.shape[1])), signal / 2
         opts = dict(level_sd=level_sd, interaction_sd=interaction_sd, noise_sd=NOISE_SD, weight_sd=MODEL_WEIGHT_SD)
