@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from tuner.knobs import KNOBS, LAUNCH_KNOBS
-from tuner.stats import budget_use_line
 
 __all__ = ["write_report", "render_recipe", "render_html", "save_recipe_note", "DEFAULT_PLANNED_TOKENS"]
 
@@ -156,7 +155,7 @@ def render_recipe(analysis: dict[str, Any], *, planned_tokens: float | None = No
               f"{n_fail.get('error', 0)} error), {analysis['budget']['used_gpu_hours']:.3f} GPU-h used"
               + (f", {analysis['budget']['startup_share']:.0%} of it in trial start-up"
                  if analysis["budget"].get("startup_share") is not None else ""),
-              *([f"- {budget_use_line(analysis['budget_use'])}"] if analysis.get("budget_use") else []),
+              *([f"- {analysis['budget_use']['summary']}"] if (analysis.get("budget_use") or {}).get("summary") else []),
               f"- Model: {model.get('preset') or model.get('path')} at seq_len {model.get('seq_len')}; "
               f"data: {_data_name(str(data.get('source')))}",
               f"- Cluster: {cluster.get('nodes')} node(s) x {cluster.get('gpus_per_node')} {cluster.get('gpu')}, "
