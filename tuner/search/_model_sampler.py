@@ -13,7 +13,8 @@ parallel coordinators and optuna-dashboard work as with any other. For every tri
    hold, towards 0 where they do not), each knob level has its own effect learned from every
    config that has it, combinations a GP on top, scales fitted to the measurements; RUNNING
    trials count as measured at their predicted value, so parallel coordinators diverge;
-4. proposes the model's top prediction first, then covers the space: each pick measures the
+4. proposes, for its first ``n_startup`` picks, the best-predicted config at least two knobs
+   away from everything tried (diverse top predictions), then covers the space: each pick measures the
    most knob levels no trial has measured yet (``cover``; a knob's effect is never assumed
    from the model alone, whether the model calls it neutral or not); then, for a memory region
    whose configs beyond the line could beat the best measured, the probe screening would run
@@ -108,7 +109,7 @@ class ModelGuidedSampler(BaseSampler):
     Args:
         spec: the study spec (its model, cluster and space).
         seed: seed of the TPE fallback (the model's picks are deterministic).
-        n_startup: top predictions before the knob levels are covered.
+        n_startup: diverse top predictions before the knob levels are covered.
         fallback: sampler for knobs the model does not know (default: TPE, multivariate).
 
     Example:
@@ -116,7 +117,7 @@ class ModelGuidedSampler(BaseSampler):
         >>> study = optuna.create_study(direction="maximize", sampler=sampler)          # doctest: +SKIP
     """
 
-    def __init__(self, spec: StudySpec, *, seed: int = 0, n_startup: int = 1,
+    def __init__(self, spec: StudySpec, *, seed: int = 0, n_startup: int = 3,
                  fallback: BaseSampler | None = None) -> None:
         self._spec, self._n_startup = spec, n_startup
         with warnings.catch_warnings():
