@@ -12,6 +12,8 @@ tuner's modules is remapped in one place:
 - ``tuner.search.top_prediction``: helper's best config with no trial ("model-only");
 - ``tuner.search.predicted_memory_gb``, ``nccl_problem``, ``PRIOR_MEMORY_MARGIN``: what
   screening believes (for the labels only);
+- ``tuner.search.screening_summary``, ``PROBES_ATTR``: configs screened, probes run and
+  contradicted per study;
 - ``tuner.search.complete_params``.
 """
 
@@ -29,7 +31,7 @@ from bench.search_efficiency import Truth as HelperTruth
 from bench.search_efficiency import recommended, run_one
 from bench.surface_launcher import SurfaceLauncher
 from bench.surfaces import ClusterKind, HelperView, config_key, grid
-from tuner.search import PRIOR_MEMORY_MARGIN, nccl_problem, predicted_memory_gb, top_prediction
+from tuner.search import PRIOR_MEMORY_MARGIN, PROBES_ATTR, nccl_problem, predicted_memory_gb, screening_summary, top_prediction
 from tuner.spec import complete_params, load_spec
 
 __all__ = ["KINDS", "kind_spec", "cluster_kind", "helper_view", "study_spec", "run_strategy", "STRATEGIES",
@@ -52,6 +54,7 @@ STRATEGIES = {"random": "random", "tpe": "tpe", "model": "auto", "model-only": N
 TUNER_INTERNALS = ("search_efficiency.run_one", "search_efficiency.recommended", "search_efficiency.Truth",
                    "tuner.search.top_prediction", "tuner.search.predicted_memory_gb",
                    "tuner.search.nccl_problem", "tuner.search.PRIOR_MEMORY_MARGIN",
+                   "tuner.search.screening_summary", "tuner.search.PROBES_ATTR",
                    "tuner.spec.complete_params", "tuner.spec.load_spec")
 
 
@@ -126,7 +129,9 @@ def run_strategy(spec, truth, strategy: str, optimum_tps: float, optimum: dict, 
     s = study_spec(spec, seed=seed, sampler=STRATEGIES[strategy], resident=resident)
     final, at, counts = run_one(s, truth_of, optimum_tps, budget_gpuh * 3600, cpu_limit_s=cpu_limit_s,
                                 launcher=SurfaceLauncher(s, truth),
-                                inspect=lambda study: diagnose(study, names, truth_of, optimum_tps, optimum))
+                                inspect=lambda study: {**diagnose(study, names, truth_of, optimum_tps, optimum),
+                                                       **screening_summary(study.trials, s,
+                                                                           study.user_attrs.get(PROBES_ATTR) or [])})
     return {"share": final, "at": at, "counts": counts}
 
 

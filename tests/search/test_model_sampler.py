@@ -61,8 +61,8 @@ def test_running_trials_and_finished_configs_are_never_proposed_again():
         t.set_user_attr("status", "ok")
         study.tell(t, 4500.0)
     picks = [t.user_attrs.get("model_pick") for t in study.get_trials()]
-    # the top prediction first (twice: nothing measured yet), then knob levels never measured
-    assert picks[:2] == ["startup"] * 2 and set(picks[2:]) == {"cover"}
+    # diverse top predictions first, then knob levels never measured
+    assert picks[:3] == ["startup"] * 3 and set(picks[3:]) == {"cover"}
 
 
 def test_enqueued_baseline_keeps_its_params():
@@ -195,7 +195,7 @@ def test_every_level_of_every_searched_knob_is_measured_early_even_those_the_mod
     # helper: prefetch_factor has no steady-state effect, num_workers none beyond 2
     spec = _small_spec({"num_workers": [0, 2, 4, 8], "prefetch_factor": [2, 4, 8], "micro_batch": [1, 2]},
                        {"num_workers": 2, "prefetch_factor": 2, "micro_batch": 1})
-    sampler, done = ModelGuidedSampler(spec), []
+    sampler, done = ModelGuidedSampler(spec, n_startup=1), []
     for _ in range(5):
         params, attrs = sampler.propose(done)
         done.append(_ran(spec, params, 3000.0))

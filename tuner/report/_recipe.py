@@ -291,8 +291,6 @@ def _what_matters(analysis, params) -> list[str]:
 
 
 def _provenance(analysis, model, cluster, data, sim, today) -> list[str]:
-    from tuner.stats import budget_use_line  # here: `tuner plan` imports the report's constants, not Optuna
-
     n_fail = analysis.get("n_failed", {})
     return ["", "## Provenance", "",
             f"- {'Simulated' if sim else 'Measured'}: study `{analysis['study']}`, {analysis['n_trials']} trials "
@@ -300,7 +298,7 @@ def _provenance(analysis, model, cluster, data, sim, today) -> list[str]:
             f"{n_fail.get('error', 0)} error), {analysis['budget']['used_gpu_hours']:.3f} GPU-h used"
             + (f", {analysis['budget']['startup_share']:.0%} of it in trial start-up"
                if analysis["budget"].get("startup_share") is not None else ""),
-            *([f"- {budget_use_line(analysis['budget_use'])}"] if analysis.get("budget_use") else []),
+            *([f"- {analysis['budget_use']['summary']}"] if (analysis.get("budget_use") or {}).get("summary") else []),
             f"- Model: {model.get('preset') or model.get('path')} at seq_len {model.get('seq_len')}; "
             f"data: {_data_name(str(data.get('source')))}",
             f"- Cluster: {cluster.get('nodes')} node(s) x {cluster.get('gpus_per_node')} {cluster.get('gpu')}, "

@@ -10,12 +10,11 @@ parallel coordinators and optuna-dashboard work as with any other. For every tri
 3. predicts every config of the spec's grid with the refitted model and lets this study's
    measurements overrule it (tuner.search's evidence GP): the model is the prior mean with a
    weight learned from the measurements (``model_weight``: near 1 where its differences
-   between configs hold, towards 0 where they do not), each knob level has its own effect
-   learned from every config that has it (an additive kernel), and the knobs' combinations a
-   GP on top; the scales are fitted to the measurements (type-II ML), so where the model
-   misses, exploration grows. RUNNING trials count as measured at their predicted value (a
-   "kriging believer" constant liar) so parallel coordinators diverge;
-4. proposes the model's top prediction first, then covers the space: each pick measures the
+   hold, towards 0 where they do not), each knob level has its own effect learned from every
+   config that has it, combinations a GP on top, scales fitted to the measurements; RUNNING
+   trials count as measured at their predicted value, so parallel coordinators diverge;
+4. proposes, for its first ``n_startup`` picks, the best-predicted config at least two knobs
+   away from everything tried (diverse top predictions), then covers the space: each pick measures the
    most knob levels no trial has measured yet (``cover``; a knob's effect is never assumed
    from the model alone, whether the model calls it neutral or not); then, for a memory region
    whose configs beyond the line could beat the best measured, the probe screening would run
@@ -77,10 +76,12 @@ rest goes to every trial's data-loader set-up, fresh workers and the ablation's 
 NOISE_SD = 0.02
 """Log sd of one trial's mean: the sim's 1% run-to-run offset plus a 2% CI target."""
 MODEL_WEIGHT_SD = 1.0
-"""Prior sd of the model's weight around 1 (tuner.search's evidence GP): wide enough that a
-handful of measurements the model's differences between configs do not explain bring it near
-0 rather than being spread over every knob level's own effect (a test: 7 configs measured
-inversely to helper's prediction give a weight of 0.09 at 1.0, 0.66 at 0.5)."""
+"""Prior sd of the model's weight around 1 (the evidence GP): 7 configs measured inversely to
+helper's predictions bring it to 0.09 (0.66 at a prior sd of 0.5: knob effects absorb it)."""
+LEVEL_SDS = (0.02, 0.04, 0.08, 0.16)
+INTERACTION_SDS = (0.03, 0.06, 0.12)
+"""The evidence GP's scales (type-II ML picks): never below 2% per knob level, 3% per
+combination, effects the search must find where the model fits only the large ones."""
 MIN_FIT = 6
 """Measured configs before the evidence GP's scales are fitted to them (type-II ML)."""
 PICKS = ("startup", "cover", "probe", "ei", "ei_per_cost", "ei_per_cost_same_model")
@@ -108,7 +109,7 @@ class ModelGuidedSampler(BaseSampler):
     Args:
         spec: the study spec (its model, cluster and space).
         seed: seed of the TPE fallback (the model's picks are deterministic).
-        n_startup: top predictions before the knob levels are covered.
+        n_startup: diverse top predictions before the knob levels are covered.
         fallback: sampler for knobs the model does not know (default: TPE, multivariate).
 
     Example:
@@ -116,7 +117,7 @@ class ModelGuidedSampler(BaseSampler):
         >>> study = optuna.create_study(direction="maximize", sampler=sampler)          # doctest: +SKIP
     """
 
-    def __init__(self, spec: StudySpec, *, seed: int = 0, n_startup: int = 1,
+    def __init__(self, spec: StudySpec, *, seed: int = 0, n_startup: int = 3,
                  fallback: BaseSampler | None = None) -> None:
         self._spec, self._n_startup = spec, n_startup
         with warnings.catch_warnings():
@@ -267,15 +268,15 @@ class ModelGuidedSampler(BaseSampler):
         obs_arr = np.array(obs_idx, dtype=int)[good] if obs_idx else np.zeros(0, dtype=int)
         x_obs, y_obs = grid.codes[obs_arr], np.array(obs_y)[good] if obs_idx else np.zeros(0)
         m_obs = np.log(pred_obs[good]) if obs_idx else np.zeros(0)
-        mu, sd, beta, signal = self._belief(x_obs, y_obs, m_obs, grid.codes[pend], np.log(np.maximum(pred_p, 1e-9)),
-                                            grid.codes[np.concatenate([idx, far])],
-                                            np.log(np.concatenate([pred_c, pred_far])))
+        mu, sd, beta, signal = surrogate.study_belief(
+            x_obs, y_obs, m_obs, grid.codes[pend], np.log(np.maximum(pred_p, 1e-9)),
+            grid.codes[np.concatenate([idx, far])], np.log(np.concatenate([pred_c, pred_far])),
+            prior_sd=PRIOR_RESIDUAL_SD, noise_sd=NOISE_SD, weight_sd=MODEL_WEIGHT_SD, min_fit=MIN_FIT,
+            level_sds=LEVEL_SDS, interaction_sds=INTERACTION_SDS)
         mu_far, sd_far, mu, sd = mu[len(idx):], sd[len(idx):], mu[: len(idx)], sd[: len(idx)]
-        weight = p_fit[idx] * p_nccl[idx]
         seconds, levels = self._trial_seconds(trials, ok, idx, mu, mean_tokens)
-        weight = weight * self._prob_within_cap(trials, seconds, levels, sd)
-        n_picked = sum(1 for t in trials if t.user_attrs.get("model_pick") in PICKS)
-        how = None
+        weight = p_fit[idx] * p_nccl[idx] * self._prob_within_cap(trials, seconds, levels, sd)
+        n_picked, how = sum(1 for t in trials if t.user_attrs.get("model_pick") in PICKS), None
         if fixed is not None:
             j, how = 0, "enqueued"
         elif (n_picked < self._n_startup or not obs_y) and len(idx):
@@ -295,10 +296,9 @@ class ModelGuidedSampler(BaseSampler):
                          "model_calibrated_on": len(ok), "model_weight": round(beta, 3),
                          "predicted_memory_gb": round(float(grid.mem_gb[probe]), 2)}
                 return params, attrs
-        if how is None:
-            if len(idx) == 0:
-                return None
-            # expected improvement per expected second of the trial (its GPUs are fixed)
+        if how is None and len(idx) == 0:
+            return None
+        if how is None:  # expected improvement per expected second of the trial (its GPUs are fixed)
             ei = surrogate.expected_improvement(mu, sd, max(obs_y)) * weight
             acq = ei / seconds
             j, how = int(np.argmax(acq)), "ei_per_cost"
@@ -313,37 +313,11 @@ class ModelGuidedSampler(BaseSampler):
                  "model_switch": knobs.RECONFIGURE[int(levels[j])], "predicted_trial_seconds": round(float(seconds[j]), 1)}
         return params, attrs
 
-    def _belief(self, x_obs: np.ndarray, y_obs: np.ndarray, m_obs: np.ndarray, x_pend: np.ndarray,
-                m_pend: np.ndarray, x_cand: np.ndarray, m_cand: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, float]:
-        """(mean, sd of log tokens/s/GPU at ``cand``, the model's weight, its error sd): the
-        evidence GP (tuner.search) over this study's measurements, its spread set by the
-        model's measured error (exploration grows where the model misses); RUNNING configs count
-        as measured at their predicted value (a "kriging believer" constant liar)."""
-        r = y_obs - m_obs
-        signal = PRIOR_RESIDUAL_SD if len(r) < 3 else float(np.clip(1.25 * np.sqrt(np.mean((r - r.mean())**2)),
-                                                                     0.03, 0.3))
-        if len(y_obs) >= MIN_FIT:  # how much the knobs move throughput here, from the measurements
-            level_sd, interaction_sd = surrogate.evidence_scales(x_obs, y_obs, m_obs, noise_sd=NOISE_SD,
-                                                                 weight_sd=MODEL_WEIGHT_SD)
-        else:  # before that, the model's prior spread (its error where measured) over the knobs
-            level_sd, interaction_sd = 1.5 * signal / math.sqrt(max(1, x_cand.shape[1])), signal / 2
-        opts = dict(level_sd=level_sd, interaction_sd=interaction_sd, noise_sd=NOISE_SD, weight_sd=MODEL_WEIGHT_SD)
-        if len(x_pend):
-            mean_p, _, _ = surrogate.evidence_gp(x_obs, y_obs, m_obs, x_pend, m_pend, **opts)
-            x_obs, y_obs, m_obs = np.vstack([x_obs, x_pend]), np.concatenate([y_obs, mean_p]), np.concatenate([m_obs, m_pend])
-        mean, sd, beta = surrogate.evidence_gp(x_obs, y_obs, m_obs, x_cand, m_cand, **opts)
-        return mean, sd, beta, signal
-
     def _cover_gain(self, idx: np.ndarray, tried: list[int], weight: np.ndarray) -> np.ndarray:
         """Per candidate, the knob levels it would measure first (0 for candidates unlikely to
         run: weight < 0.2). Levels no candidate can reach are left to the probes."""
         codes = self.grid.codes
-        width = int(codes.max()) + 1 if codes.size else 1
-        covered = np.zeros((codes.shape[1], width), dtype=bool)
-        for i in tried:
-            covered[np.arange(codes.shape[1]), np.clip(codes[i], 0, width - 1)] = True
-        gain = surrogate.cover_gain(codes[idx], covered)
-        return np.where(weight >= 0.2, gain, 0)
+        return np.where(weight >= 0.2, surrogate.cover_gain(codes[idx], surrogate.covered(codes[tried], codes)), 0)
 
     def _probe(self, trials: list[FrozenTrial], far: np.ndarray, mu: np.ndarray, sd: np.ndarray, best: float,
                probes: list[dict[str, Any]], low: float) -> int | None:

@@ -22,7 +22,8 @@ import numpy as np
 from scipy.linalg import solve_triangular
 from scipy.stats import norm
 
-__all__ = ["residual_gp", "evidence_gp", "evidence_scales", "expected_improvement", "prob_fits", "diverse_top", "hamming",
+__all__ = ["residual_gp", "evidence_gp", "evidence_scales", "study_belief", "covered",
+           "expected_improvement", "prob_fits", "diverse_top", "hamming",
            "cover_gain"]
 
 
@@ -154,6 +155,44 @@ def evidence_scales(x_obs: np.ndarray, y_obs: np.ndarray, m_obs: np.ndarray, *, 
             if ll > best_ll:
                 best, best_ll = (lv, ia), ll
     return best
+
+
+def study_belief(x_obs: np.ndarray, y_obs: np.ndarray, m_obs: np.ndarray, x_pend: np.ndarray, m_pend: np.ndarray,
+                 x_cand: np.ndarray, m_cand: np.ndarray, *, prior_sd: float, noise_sd: float, weight_sd: float,
+                 min_fit: int, level_sds: tuple[float, ...], interaction_sds: tuple[float, ...],
+                 ) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """The model-guided sampler's belief: (mean, sd of log throughput at ``x_cand``, the
+    model's weight, its error sd), :func:`evidence_gp` over a study's measurements. Its scales
+    are fitted to them (:func:`evidence_scales`) once there are ``min_fit``; before, the model's
+    error (``prior_sd`` until 3 are measured) is spread over the knobs. Pending configs count
+    as measured at their believed value (a "kriging believer" constant liar)."""
+    r = y_obs - m_obs
+    signal = prior_sd if len(r) < 3 else float(np.clip(1.25 * np.sqrt(np.mean((r - r.mean())**2)), 0.03, 0.3))
+    if len(y_obs) >= min_fit:
+        level_sd, interaction_sd = evidence_scales(x_obs, y_obs, m_obs, noise_sd=noise_sd, weight_sd=weight_sd,
+                                                   level_sds=level_sds, interaction_sds=interaction_sds)
+    else:
+        level_sd, interaction_sd = 1.5 * signal / np.sqrt(max(1, x_cand.shape[1])), signal / 2
+    opts = dict(level_sd=level_sd, interaction_sd=interaction_sd, noise_sd=noise_sd, weight_sd=weight_sd)
+    if len(x_pend):
+        mean_p, _, _ = evidence_gp(x_obs, y_obs, m_obs, x_pend, m_pend, **opts)
+        x_obs, y_obs, m_obs = np.vstack([x_obs, x_pend]), np.concatenate([y_obs, mean_p]), np.concatenate([m_obs, m_pend])
+    mean, sd, beta = evidence_gp(x_obs, y_obs, m_obs, x_cand, m_cand, **opts)
+    return mean, sd, beta, signal
+
+
+def covered(tried: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """The (knob x level) table of levels some ``tried`` config has (``codes``: the grid's).
+
+    Example:
+        >>> covered(np.array([[0, 1]]), np.array([[0, 0], [1, 1]])).tolist()
+        [[True, False], [False, True]]
+    """
+    width = int(codes.max()) + 1 if codes.size else 1
+    table = np.zeros((codes.shape[1], width), dtype=bool)
+    for row in tried:
+        table[np.arange(codes.shape[1]), np.clip(row, 0, width - 1)] = True
+    return table
 
 
 def cover_gain(codes: np.ndarray, covered: np.ndarray) -> np.ndarray:

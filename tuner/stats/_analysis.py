@@ -253,7 +253,7 @@ def format_summary(analysis: dict[str, Any]) -> str:
         lines.append(f"start-up (launch, model build, communicators) took {analysis['budget']['startup_share']:.0%} "
                      "of trial GPU time; the rest ran warm-up and measured steps")
     if analysis.get("budget_use"):
-        lines.append(budget_use_line(analysis["budget_use"]))
+        lines.append(analysis["budget_use"].get("summary") or budget_use_line(analysis["budget_use"]))
     if analysis["baseline"]:
         base = analysis["baseline"]
         lines.append(f"baseline (trial {base['trial']}): {_fmt_ci(base['tokens_per_sec_per_gpu'])} tokens/s/GPU")

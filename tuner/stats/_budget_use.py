@@ -12,7 +12,8 @@ Every trial that cost GPU time is put in one use, the first that applies:
 5. ``ablation``: the round's one-knob-reverted runs;
 6. ``search``: the sampler's proposals that ran.
 
-Shares are over the GPU-seconds charged (tuner.budget.charged_gpu_seconds), so they sum to 1.
+Shares are over the GPU-seconds charged (tuner.budget.charged_gpu_seconds), so they sum to 1;
+``summary`` is the line people read (`tuner analyze`, RECIPE.md's provenance).
 ``screening`` counts configs screened (pruned unrun, at 0 GPU-s; by rule), probes that ran,
 and probes that contradicted the model (ran ok where it predicted out of memory).
 
@@ -80,13 +81,14 @@ def budget_use(trials: Sequence[TrialRecord], *, probes: Sequence[dict[str, Any]
     total = sum(seconds.values())
     pruned = [t for t in trials if t.status == "pruned"]
     nccl = sum("NCCL" in t.message for t in pruned)
-    return {
+    use = {
         "gpu_hours": {k: v / 3600 for k, v in seconds.items()},
         "share": {k: (round(v / total, 4) if total > 0 else 0.0) for k, v in seconds.items()},
         "screening": {"screened": len(pruned), "screened_memory": len(pruned) - nccl, "screened_nccl": nccl,
                       "probes": len(probe_of), "probes_pending": len(probes) - len(probe_of),
                       "contradicted": sum(s == "ok" for s in probe_of.values())},
     }
+    return {**use, "summary": budget_use_line(use)}
 
 
 def budget_use_line(use: dict[str, Any] | None) -> str:
