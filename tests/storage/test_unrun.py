@@ -3,8 +3,8 @@
 import optuna
 from optuna.trial import TrialState
 
-from tuner.storage import end_unrun
 from tuner.stats import study_record
+from tuner.storage import end_unrun
 
 
 def test_an_unrun_trial_is_pruned_with_its_reason_and_no_gpu_time():

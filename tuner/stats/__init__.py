@@ -17,13 +17,13 @@ from tuner.stats._analysis import (
     mean_ci,
     ratio_ci,
 )
-from tuner.stats._budget_use import (
-    budget_use,
-    budget_use_line,
-)
 from tuner.stats._bootstrap import (
     bca_limits,
     grouped_jackknife,
+)
+from tuner.stats._budget_use import (
+    budget_use,
+    budget_use_line,
 )
 from tuner.stats._configs import (
     TAU_PRIOR_DF,
