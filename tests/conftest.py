@@ -15,7 +15,7 @@ Markers: ``slow`` for tests that start processes (torchrun, `tuner` subprocesses
 servers, Slurm); ``postgres`` for tests that need PostgreSQL, set here for every test that
 uses a PostgreSQL fixture. ``pytest -m "not slow"`` is the quick suite.
 
-The suite runs on two pytest-xdist workers (pyproject's addopts: ``-n 2 --dist loadfile``), a
+The suite runs on three pytest-xdist workers (pyproject's addopts: ``-n 3 --dist loadfile``), a
 test file to a worker, so a module fixture is built once; each worker that runs a Slurm test
 starts its own cluster (free ports, its own munge). ``-n 0`` runs everything in one process.
 """

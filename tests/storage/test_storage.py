@@ -154,7 +154,7 @@ def test_running_trials_beat_from_their_first_moment_and_go_stale_once(storage_u
     study.enqueue_trial({"x": 2})
     popped, fresh = _ask(study), _ask(study)                 # a WAITING trial popped, a new one
     assert study.trials[popped.number].state == study.trials[fresh.number].state == TrialState.RUNNING
-    time.sleep(4.5)                                           # nobody beats: both are stale
+    time.sleep(6.0)                                           # nobody beats: both are stale (4 s grace)
     late = _ask(study)                                        # waited past the grace; popped now
     studies = [optuna.load_study(study_name="s", storage=s) for s in stores]
     threads = [threading.Thread(target=_fail_stale, args=(s, st)) for s, st in zip(studies, stores)]

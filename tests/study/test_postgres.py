@@ -338,7 +338,7 @@ def test_a_30_s_database_outage_mid_study_is_survived_and_loses_no_finished_tria
     notes = tmp_path / "notes.txt"
     ctx = mp.get_context("fork")
     out = ctx.Queue()
-    proc = ctx.Process(target=_coordinate_logged, args=(spec, private_db_url, 400.0, tmp_path / "runs", notes, out))
+    proc = ctx.Process(target=_coordinate_logged, args=(spec, private_db_url, 200.0, tmp_path / "runs", notes, out))
     proc.start()
     reader = open_storage(private_db_url, heartbeat=False)
 
