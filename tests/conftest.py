@@ -14,10 +14,6 @@ Fixtures (real services, never mocks):
 Markers: ``slow`` for tests that start processes (torchrun, `tuner` subprocesses, private
 servers, Slurm); ``postgres`` for tests that need PostgreSQL, set here for every test that
 uses a PostgreSQL fixture. ``pytest -m "not slow"`` is the quick suite.
-
-The suite runs on three pytest-xdist workers (pyproject's addopts: ``-n 3 --dist loadfile``), a
-test file to a worker, so a module fixture is built once; each worker that runs a Slurm test
-starts its own cluster (free ports, its own munge). ``-n 0`` runs everything in one process.
 """
 
 from __future__ import annotations
