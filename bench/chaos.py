@@ -317,6 +317,9 @@ class Chaos:
                                                                                        'launcher = "sim"')
             text = re.sub(r"estimate_gpu_seconds = \d+", f"estimate_gpu_seconds = {32 * a.wall_s:.0f}", text)
             text = text.replace('sampler = "auto"', 'sampler = "random"')  # reliability, not search: spare the CPU
+            # each trial is charged GPUs x its wall time, start-up included, as a cold launch is: the
+            # sim's resident-worker start-up (32 x ~55 s) would otherwise be the next trial's estimate
+            text = text.replace("[trial]\n", "[trial]\nresident = false\n", 1)
             # the coordinators together run about duration / wall trials each, of 32 GPUs x wall
             budget = a.coordinators * a.duration_s * 32 * a.budget_fill
         else:

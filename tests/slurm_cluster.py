@@ -173,6 +173,9 @@ def _slurm_conf(root: Path, nodes: tuple[str, ...], ctld_port: int, munge_socket
         SwitchType=switch/none
         MpiDefault=none
         SchedulerType=sched/backfill
+        # A job whose begin time passed (a requeued one) starts within a second or two, not at
+        # the next 30 s backfill pass: the requeue test waits on three allocations.
+        SchedulerParameters=bf_interval=1
         SelectType=select/cons_tres
         SelectTypeParameters=CR_CPU
         ReturnToService=2

@@ -1,8 +1,10 @@
 """tuner.runbook_script: the runbook's batch script, and three allocations of it on a real local Slurm.
 
 The slow test runs the rendered script (torchrun included) with a one-minute limit and the warning
-35 s before it; tests/fixtures/requeue_train.py stands in for train.py. Each allocation must end on
-the warning with a checkpoint, and the next must resume from exactly that step.
+25 s before it (Slurm may send it up to 30 s earlier still, so 25-55 s before the limit, never in
+the allocation's first 5 s; the step is killed 8 s before the limit if it has not stopped);
+tests/fixtures/requeue_train.py stands in for train.py. Each allocation must end on the warning
+with a checkpoint, and the next must resume from exactly that step.
 """
 
 import dataclasses
@@ -35,6 +37,9 @@ def test_the_warning_goes_to_the_batch_shell_which_checkpoints_and_requeues(plan
     assert f"--collective-timeout-s {ck['collective_timeout_s']}" in text
     assert f"--init-timeout-s {ck['init_timeout_s']}" in text and "HEARTBEAT" not in text
     assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+    # Slurm may send the warning at the allocation's start: the trap comes before any other command
+    commands = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
+    assert commands.index("trap on_warning USR1") < commands.index(next(c for c in commands if c.startswith("set ")))
 
 
 @pytest.mark.parametrize("gpus", [1, 4, 8, 12, 16, 24, 32, 256])
@@ -61,6 +66,9 @@ def test_bad_script_settings_are_one_line_errors():
     with pytest.raises(ValueError, match="warning_s 90 must lie between"):
         BatchScript(job_name="x", nodes=1, gpus_per_node=1, time_limit_minutes=1, warning_s=90, max_allocations=3,
                     entry=("t.py",))
+    with pytest.raises(ValueError, match="warning_s 20 must lie between stop_grace_s"):
+        BatchScript(job_name="x", nodes=1, gpus_per_node=1, time_limit_minutes=1, warning_s=20, stop_grace_s=20,
+                    max_allocations=3, entry=("t.py",))
     with pytest.raises(ValueError, match="job_name"):
         BatchScript(job_name="a b", nodes=1, gpus_per_node=1, time_limit_minutes=5, warning_s=60, max_allocations=3,
                     entry=("t.py",))
@@ -77,7 +85,7 @@ def test_three_allocations_on_a_real_slurm_each_resuming_from_the_last_checkpoin
     work.mkdir()
     ckpt = work / "ckpt"
     s = dataclasses.replace(plan_batch_script(plan_training("1.3b", 4, tokens=26e9)), gres=False, exclusive=False,
-                            nodes=1, gpus_per_node=1, time_limit_minutes=1, warning_s=35, ckpt_dir=str(ckpt),
+                            nodes=1, gpus_per_node=1, time_limit_minutes=1, warning_s=25, stop_grace_s=8, ckpt_dir=str(ckpt),
                             launcher=(sys.executable, "-m", "torch.distributed.run"),
                             entry=(str(TRAIN), "--stop-file", '"$STOP_FILE"', "--done-allocation", "2"))
     (work / "job.sh").write_text(batch_script(s))

@@ -16,9 +16,13 @@ the job step (torchrun, which does not catch SIGUSR1, and dies without a checkpo
   times, then requeues for fresh nodes.
 - ``--requeue`` lets Slurm requeue the job itself on a node failure; ``SLURM_RESTART_COUNT``
   caps the allocations.
+- Slurm sends the warning signal from its periodic check, so it can arrive up to ~30 s (22.05's
+  ``PERIODIC_TIMEOUT``; the sbatch manual says up to 60 s) before ``warning_s``: with a short
+  limit, right at the allocation's start. The trap is therefore the script's first command, and a
+  warning that comes before the step starts still stops it at its first step.
 
 :func:`batch_script` renders a :class:`BatchScript`; :func:`plan_batch_script` fills one from a
-plan. tests/test_runbook_script.py runs the rendered script on a real local Slurm with a
+plan. tests/plan/test_runbook_script.py runs the rendered script on a real local Slurm with a
 one-minute limit: three allocations, each continuing from the last one's checkpoint.
 """
 
@@ -60,6 +64,8 @@ class BatchScript:
     """Allocations (requeues + 1) after which the job stops requeueing itself."""
     max_relaunches: int = 3
     """Failed steps relaunched inside one allocation before it requeues."""
+    stop_grace_s: int = STOP_GRACE_S
+    """Seconds before the limit at which a step that has not stopped on the warning is killed."""
     gres: bool = True
     """Request GPUs (``--gpus-per-node``); False on a CPU-only cluster."""
     exclusive: bool = True
@@ -80,8 +86,10 @@ class BatchScript:
         for name in ("nodes", "gpus_per_node", "time_limit_minutes", "warning_s", "max_allocations"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.warning_s <= STOP_GRACE_S or self.warning_s >= self.time_limit_minutes * 60:
-            raise ValueError(f"warning_s {self.warning_s} must lie between {STOP_GRACE_S} s and the "
+        if self.stop_grace_s < 1:
+            raise ValueError(f"stop_grace_s must be >= 1, got {self.stop_grace_s}")
+        if self.warning_s <= self.stop_grace_s or self.warning_s >= self.time_limit_minutes * 60:
+            raise ValueError(f"warning_s {self.warning_s} must lie between stop_grace_s ({self.stop_grace_s} s) and the "
                              f"{self.time_limit_minutes} min limit")
 
 
@@ -108,6 +116,13 @@ def batch_script(s: BatchScript) -> str:
         "#SBATCH --output=%x-%j.out",
         *(["#SBATCH --no-kill                  # a dead node leaves the allocation; the spare takes over"]
           if s.spare_nodes else []),
+        "stopping=0; step_pid=",
+        "on_warning() {   # Slurm's warning: checkpoint, stop, requeue (set first: it may come at once)",
+        '  echo "$(date -Is) allocation ${ALLOCATION:-?}: time limit near, asking training to checkpoint and stop"',
+        '  stopping=1; [ -n "${STOP_FILE:-}" ] && touch "$STOP_FILE"',
+        f'  [ -n "$step_pid" ] && ( sleep {s.warning_s - s.stop_grace_s}; kill -TERM "$step_pid" 2>/dev/null ) &',
+        "}",
+        "trap on_warning USR1",
         "set -uo pipefail   # no -e: this shell must outlive a failed step to relaunch or requeue",
         f"export CKPT_DIR={s.ckpt_dir}   # shared storage, never node-local disk",
         'mkdir -p "$CKPT_DIR"',
@@ -116,16 +131,9 @@ def batch_script(s: BatchScript) -> str:
         f"MAX_RELAUNCHES={s.max_relaunches}",
         "ALLOCATION=${SLURM_RESTART_COUNT:-0}",
         'export STOP_FILE="$CKPT_DIR/STOP.$SLURM_JOB_ID.$ALLOCATION"   # written by the trap, read by train.py',
-        'rm -f "$STOP_FILE"',
+        'rm -f "$STOP_FILE"; [ "$stopping" = 1 ] && touch "$STOP_FILE"   # a warning before this line still counts',
         *s.env,
         "",
-        "stopping=0; step_pid=",
-        "on_warning() {   # Slurm's warning: checkpoint, stop, requeue",
-        '  echo "$(date -Is) allocation $ALLOCATION: time limit near, asking training to checkpoint and stop"',
-        '  stopping=1; touch "$STOP_FILE"',
-        f'  [ -n "$step_pid" ] && ( sleep {s.warning_s - STOP_GRACE_S}; kill -TERM "$step_pid" 2>/dev/null ) &',
-        "}",
-        "trap on_warning USR1",
         "requeue() {",
         '  if [ "$ALLOCATION" -ge $((MAX_ALLOCATIONS - 1)) ]; then',
         '    echo "$(date -Is) $MAX_ALLOCATIONS allocations used: not requeueing (raise MAX_ALLOCATIONS to go on)"; exit 1',
