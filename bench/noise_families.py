@@ -1,5 +1,5 @@
 """Step series with known tokens-over-time, one generator per noise family (shared by the
-coverage benches and tests/test_trial_ci.py).
+coverage benches and tests/stats/test_trial_ci.py).
 
 Each step carries the same tokens; its time is ``step_s x (1 + e_t)`` with e_t the family's
 noise (5% marginal sd), so the true tokens over time is tokens / E[step time]. Families:

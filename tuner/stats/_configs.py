@@ -56,9 +56,16 @@ def run_to_run_variance(groups: Sequence[Sequence[dict[str, Any]]]) -> tuple[flo
 
     Each group is one config's runs, each {"mean", "se"}. (0, 0) when no config repeated.
     """
-    q = 0.0
-    df = 0
-    within = []
+    v_obs, s2, df = _pooled_spread(groups)
+    if df == 0:
+        return 0.0, 0
+    return max(0.0, v_obs - s2), df
+
+
+def _pooled_spread(groups: Sequence[Sequence[dict[str, Any]]]) -> tuple[float, float, int]:
+    """(V, s2, df) over the configs run more than once: V the pooled variance of a config's
+    log-scale run means about their mean, s2 the runs' mean squared relative error."""
+    q, df, within = 0.0, 0, []
     for runs in groups:
         if len(runs) < 2:
             continue
@@ -68,8 +75,8 @@ def run_to_run_variance(groups: Sequence[Sequence[dict[str, Any]]]) -> tuple[flo
         df += len(runs) - 1
         within += [(r["se"] / r["mean"]) ** 2 for r in runs]
     if df == 0:
-        return 0.0, 0
-    return max(0.0, q / df - sum(within) / len(within)), df
+        return 0.0, 0.0, 0
+    return q / df, sum(within) / len(within), df
 
 
 def config_estimate(runs: Sequence[dict[str, Any]], *, tau2: float, tau_df: int,
@@ -174,20 +181,10 @@ def launch_variance(groups: Sequence[Sequence[dict[str, Any]]], *, prior_sd: flo
         >>> round(lv.tau2 ** 0.5, 3), lv.df, lv.se_scale
         (0.02, 4, 1.0)
     """
-    q, df, within = 0.0, 0, []
-    for runs in groups:
-        if len(runs) < 2:
-            continue
-        logs = [math.log(r["mean"]) for r in runs]
-        m = sum(logs) / len(logs)
-        q += sum((v - m) ** 2 for v in logs)
-        df += len(runs) - 1
-        within += [(r["se"] / r["mean"]) ** 2 for r in runs]
-    raw_tau2, raw_df = run_to_run_variance(groups)
+    v_obs, s2, df = _pooled_spread(groups)
     if df == 0:
         return LaunchVariance(tau2=prior_sd**2, df=prior_df, se_scale=1.0, raw_tau2=0.0, raw_df=0, spread_ratio=None)
-    s2 = sum(within) / len(within)
-    v_obs = q / df
+    raw_tau2, raw_df = max(0.0, v_obs - s2), df
     # the prior is on tau2 alone; the runs' own errors are scaled only by what the runs show
     excess = v_obs - s2
     scale = 1.0 if excess >= 0 or s2 <= 0 else v_obs / s2
