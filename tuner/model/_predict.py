@@ -66,7 +66,8 @@ __all__ = ["predict", "step_plan", "breakdown", "memory_gb", "predicted_memory_g
            "layout_tokens_per_sec_per_gpu", "layout_memory_gb",
            "layout_memory_delta_gb", "nccl_problem", "gpu_memory_gb", "startup_parts", "n_params",
            "checkpoint_cost", "default_constants", "SIM_STORAGE_WRITE_GBS_PER_NODE", "UnsupportedCollective",
-           "model_knows", "mean_tokens", "measured_mean_tokens", "calibrated_constants", "fit_calibration", "load_calibration",
+           "model_knows", "mean_tokens", "measured_mean_tokens", "calibration_trials", "calibrated_constants",
+           "fit_calibration", "load_calibration",
            "fit_memory_scale", "DEFAULT_MEAN_TOKENS_PER_EXAMPLE", "FIT_ON_BEST"]
 
 SIM_STORAGE_WRITE_GBS_PER_NODE = 2.0
@@ -258,6 +259,19 @@ def measured_mean_tokens(seq_len: int, measured: Sequence[tuple[str | None, Any]
     return float(statistics.median(seen)) if seen else float(DEFAULT_MEAN_TOKENS_PER_EXAMPLE)
 
 
+def calibration_trials(ok: Sequence[Any]) -> list[Any]:
+    """The ok trials a refit uses: the :data:`FIT_ON_BEST` best, and the baseline.
+
+    Example:
+        >>> from types import SimpleNamespace as T
+        >>> ok = [T(number=n, value=v, user_attrs={}) for n, v in enumerate([5.0, 9.0, 7.0])]
+        >>> [t.number for t in calibration_trials(ok)]
+        [1, 2, 0]
+    """
+    best = sorted(ok, key=lambda t: -t.value)[:FIT_ON_BEST]
+    return best + [t for t in ok if t.user_attrs.get("role") == "baseline" and t not in best]
+
+
 def calibrated_constants(spec: StudySpec, ok: Sequence[Any], mean_tokens: float,
                          warm: dict[str, Any] | None = None) -> tuple[dict[str, float], dict[str, Any] | None]:
     """helper's constants for the spec's GPU refitted to the ok trials (MAP), and the calibration.
@@ -267,11 +281,10 @@ def calibrated_constants(spec: StudySpec, ok: Sequence[Any], mean_tokens: float,
     last ended, so a few descent steps suffice.
     """
     base, _ = resolve_constants(warm, spec.cluster.gpu)
-    best = sorted(ok, key=lambda t: -t.value)[:FIT_ON_BEST]
     measurements = [
         spec_model_inputs(t.params, spec, mean_tokens=mean_tokens,
                           padding_efficiency=t.user_attrs.get("padding_efficiency") or None).measurement(t.value)
-        for t in best + [t for t in ok if t.user_attrs.get("role") == "baseline" and t not in best]]
+        for t in calibration_trials(ok)]
     if not measurements:
         return base, warm
     try:

@@ -6,7 +6,9 @@ parallel coordinators and optuna-dashboard work as with any other. For every tri
 1. reads the study (any coordinator's trials): ok measurements, failures, pruned configs,
    RUNNING trials;
 2. refits helper's few constants to the ok measurements (``helper.fit_calibration``, the fit
-   ``tuner distill`` runs, here online; priors = the shipped calibration);
+   ``tuner distill`` runs, here online; priors = the shipped calibration) when the trials it
+   fits on (the best 16 and the baseline) have changed, else keeps the last fit and its
+   predictions;
 3. predicts every config of the spec's grid with the refitted model and lets this study's
    measurements overrule it (tuner.search's evidence GP): the model is the prior mean with a
    weight learned from the measurements (``model_weight``: near 1 where its differences
@@ -57,10 +59,11 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner import budget, knobs, model
 from tuner.search import _surrogate as surrogate
 from tuner.search._grid import MODEL_KNOBS, ModelGrid
+from tuner.search._grid_model import GridModel, predict
 from tuner.search._screening import MEMORY_KNOBS, PRIOR_MEMORY_MARGIN, PROBES_ATTR, memory_probe
 from tuner.search._space import distribution
 from tuner.spec import StudySpec, complete_params
-from tuner.storage import study_storage, trial_id
+from tuner.storage import write_trial
 
 __all__ = ["ModelGuidedSampler", "top_prediction", "MODEL_KNOBS"]
 
@@ -88,23 +91,8 @@ PICKS = ("startup", "cover", "probe", "ei", "ei_per_cost", "ei_per_cost_same_mod
 """The sampler's own picks (``model_pick``), as opposed to enqueued trials."""
 
 
-def _predict(grid: ModelGrid, idx: np.ndarray, constants: dict[str, float], mean_tokens: float) -> np.ndarray:
-    """Calibrated model tokens/s/GPU for candidates ``idx`` (0 where NCCL cannot run them)."""
-    out = np.zeros(len(idx))
-    memo: dict[int, float] = {}
-    for j, i in enumerate(idx):
-        got = grid.plan(int(i), mean_tokens)
-        if got is None:
-            continue
-        plan, _ = got
-        if id(plan) not in memo:
-            memo[id(plan)] = model.breakdown(plan, constants)["tokens_per_sec_per_gpu"]
-        out[j] = memo[id(plan)]
-    return out
-
-
 class ModelGuidedSampler(BaseSampler):
-    """Expected improvement under helper's model, refitted to the study after every trial.
+    """Expected improvement under helper's model, refitted to the study as its best trials change.
 
     Args:
         spec: the study spec (its model, cluster and space).
@@ -125,7 +113,7 @@ class ModelGuidedSampler(BaseSampler):
             self._fallback = fallback or optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
                                                                     constant_liar=True)
         self._grid: ModelGrid | None = None
-        self._calibration: dict[str, Any] | None = None  # the last refit (warm start)
+        self._model: GridModel | None = None  # the last refit and its predictions (tuner.search._grid_model)
         self.worker: budget.Worker | None = None
         """This coordinator's resident worker as its last finished trial left it (after_trial:
         Optuna calls it in the process that tells the trial, so parallel coordinators each see
@@ -166,9 +154,7 @@ class ModelGuidedSampler(BaseSampler):
         if choice is None:
             return {}
         params, attrs = choice
-        storage = study_storage(study)
-        for key, value in attrs.items():
-            storage.set_trial_user_attr(trial_id(trial), key, value)
+        write_trial(study, trial, user_attrs=attrs)  # one transaction, not one per attr
         return params
 
     # ------------------------------------------------------------------ the decision, testable
@@ -181,7 +167,9 @@ class ModelGuidedSampler(BaseSampler):
         ok = [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("status") == "ok"
               and t.value is not None and t.value > 0]
         mean_tokens = model.mean_tokens(spec, ok)
-        constants, self._calibration = model.calibrated_constants(spec, ok, mean_tokens, self._calibration)
+        if self._model is None:
+            self._model = GridModel(spec, grid)
+        self._model.update(ok, mean_tokens)  # a refit only when the trials it reads have changed
         alive = np.array([not (p is not None and p[1]) for p in grid.nccl])  # certain NCCL failures out
         obs_idx, obs_y, pending, launched = [], [], [], []
         bad_nccl = set()
@@ -255,7 +243,7 @@ class ModelGuidedSampler(BaseSampler):
                 return None
         far = np.flatnonzero(beyond) if fixed is None else np.zeros(0, dtype=int)
         pend = np.array(pending, dtype=int)
-        pred = _predict(grid, np.concatenate([np.array(obs_idx, dtype=int), pend, idx, far]), constants, mean_tokens)
+        pred = self._model.predict(np.concatenate([np.array(obs_idx, dtype=int), pend, idx, far]))
         n_o, n_p, n_c = len(obs_idx), len(pend), len(idx)
         pred_obs, pred_p, pred_c, pred_far = (pred[:n_o], pred[n_o: n_o + n_p], pred[n_o + n_p: n_o + n_p + n_c],
                                               pred[n_o + n_p + n_c:])
@@ -396,5 +384,5 @@ def top_prediction(spec: StudySpec) -> dict[str, Any]:
     grid = ModelGrid(spec)
     idx = np.array([i for i in range(len(grid.configs))
                     if grid.nccl[i] is None and grid.mem_gb[i] <= _capacity(spec)])
-    pred = _predict(grid, idx, model.default_constants(spec.cluster.gpu), float(model.DEFAULT_MEAN_TOKENS_PER_EXAMPLE))
+    pred = predict(grid, idx, model.default_constants(spec.cluster.gpu), float(model.DEFAULT_MEAN_TOKENS_PER_EXAMPLE))
     return grid.full[int(idx[int(np.argmax(pred))])]

@@ -17,6 +17,7 @@ from tuner.storage._optuna_internals import (
     set_finished_trial_user_attrs,
     study_storage,
     trial_id,
+    write_trial,
 )
 from tuner.storage._storage import (
     DEFAULT_STORAGE,
@@ -58,5 +59,6 @@ __all__ = [
     "set_finished_trial_user_attrs",
     "study_storage",
     "trial_id",
+    "write_trial",
     "with_retries",
 ]

@@ -3,7 +3,7 @@
 tuner drives trials with ask/tell from several processes and keeps its own heartbeats, so it
 needs a few things Optuna does not expose: a trial's storage id, the RDB storage behind a
 study's cache, and a hook where the cache creates trials. They are reached here and nowhere
-else; ``tests/test_optuna_internals.py`` fails loudly if an Optuna upgrade moves them.
+else; ``tests/storage/test_optuna_internals.py`` fails loudly if an Optuna upgrade moves them.
 
 Example:
     >>> import optuna
@@ -25,7 +25,7 @@ from optuna.storages._rdb import models as _models
 from optuna.trial import FrozenTrial, TrialState
 
 __all__ = ["HeartbeatRDBStorage", "StudyView", "trial_id", "study_storage", "rdb_storage", "missing_internals",
-           "fail_stale_trials", "set_finished_trial_user_attrs"]
+           "fail_stale_trials", "set_finished_trial_user_attrs", "write_trial"]
 
 
 def trial_id(trial: optuna.Trial | FrozenTrial) -> int:
@@ -42,6 +42,21 @@ def rdb_storage(study: optuna.Study) -> Any:
     """The storage behind the study's cache: the RDB storage, for heartbeats and locks."""
     storage = study_storage(study)
     return getattr(storage, "_backend", storage)
+
+
+def write_trial(study: optuna.Study, trial: optuna.Trial | FrozenTrial, *, steps: Sequence[tuple[int, float]] = (),
+                user_attrs: dict[str, Any] | None = None) -> None:
+    """A running trial's intermediate values and user attrs: in one transaction on tuner's RDB
+    storage (``HeartbeatRDBStorage.record``), else one by one through the study's storage (an
+    in-memory study of a bench or a test)."""
+    storage = rdb_storage(study)
+    if hasattr(storage, "record"):
+        storage.record(trial_id(trial), steps=steps, user_attrs=user_attrs)
+        return
+    for step, value in steps:
+        study_storage(study).set_trial_intermediate_value(trial_id(trial), step, value)
+    for key, value in (user_attrs or {}).items():
+        study_storage(study).set_trial_user_attr(trial_id(trial), key, value)
 
 
 def set_finished_trial_user_attrs(study: optuna.Study, trial: FrozenTrial, attrs: dict[str, Any]) -> bool:

@@ -44,6 +44,7 @@ from tuner.storage import (
     study_storage,
     trial_id,
     with_retries,
+    write_trial,
 )
 from tuner.study._admission import admit, finished
 from tuner.study._breaker import DEFAULT_LIMIT, CircuitBreaker
@@ -304,14 +305,7 @@ def record_result(study: optuna.Study, trial: optuna.Trial, result: TrialResult)
 
 
 def _tell(study: optuna.Study, trial: optuna.Trial, out: Outcome) -> None:
-    storage = rdb_storage(study)
-    if hasattr(storage, "record"):  # tuner's RDB storage: one transaction (tuner.storage)
-        storage.record(trial_id(trial), steps=out.steps, user_attrs=out.attrs)
-    else:  # another storage (an in-memory study of a bench or a test)
-        for step, value in out.steps:
-            trial.report(value, step)
-        for key, value in out.attrs.items():
-            trial.set_user_attr(key, value)
+    write_trial(study, trial, steps=out.steps, user_attrs=out.attrs)  # one transaction (tuner.storage)
     if out.state == "FAIL":
         _fail(study, trial, retry=out.retry)
         return
