@@ -561,8 +561,10 @@ def check_invariants(url: str, study_name: str, limit: float, runs_dir: Path, lo
     for t in trials:
         if t.state == TrialState.FAIL and not (t.user_attrs.get("status") and t.user_attrs.get("message")):
             violations.append(f"FAIL trial {t.number} without status/message: {t.user_attrs}")
-    # each config's retries bounded: a trial retried at most once, a launched retry never
-    retried = collections.Counter(t.user_attrs["retry_of"] for t in trials if "retry_of" in t.user_attrs)
+    # each config's retries bounded: a trial retried at most once, a launched retry never (a
+    # recovered copy of a retry carries its retry_of, tuner.study's spool: it is not another retry)
+    retried = collections.Counter(t.user_attrs["retry_of"] for t in trials
+                                  if "retry_of" in t.user_attrs and "recovered_from" not in t.user_attrs)
     for number, n in retried.items():
         if n > 1:
             violations.append(f"trial {number} retried {n} times")

@@ -38,6 +38,7 @@ def test_each_invariant_breach_is_reported(tmp_path):
     add(TrialState.FAIL, 2, status="lost", message="m", retry_of=3)                 # 4: ...retried again
     add(TrialState.FAIL, 3, status="lost", message="m", retry_of=3)                 # 5: 3 retried twice
     add(TrialState.WAITING, 3)                                                      # 6: left waiting
+    add(TrialState.COMPLETE, 3, status="ok", retry_of=3, recovered_from=5)         # 7: 5's copy, not a retry
     log = tmp_path / "log"
     log.mkdir()
     (log / "1.jsonl").write_text(json.dumps({"event": "received", "number": 0, "pid": 1, "status": "ok",
