@@ -148,9 +148,13 @@ def _slurm_conf(root: Path, nodes: tuple[str, ...], ctld_port: int, munge_socket
         f"NodeName={n} NodeHostname={host} NodeAddr=127.0.0.1 Port={_free_port()} "
         f"CPUs={_NODE_CPUS} State=UNKNOWN" for n in nodes)
     node_list = ",".join(nodes)
+    first_job_id = 1 + ctld_port * 10  # a free port is this cluster's own: so are its job ids
     return textwrap.dedent(f"""\
         # A test cluster (tests/slurm_cluster.py); every path under {root}.
         ClusterName=tunertest
+        # Job ids of their own: trials' rendezvous ports derive from the job id (tuner.launch),
+        # so two clusters side by side (pytest-xdist workers) must not number jobs alike.
+        FirstJobId={first_job_id}
         SlurmctldHost={host}(127.0.0.1)
         SlurmctldPort={ctld_port}
         SlurmUser=root

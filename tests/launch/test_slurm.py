@@ -192,7 +192,10 @@ def test_timeout_cancels_the_step_and_close_the_allocation(slurm_cluster, tmp_pa
         assert slurm_cluster.job_ids() == [result.extra["slurm_job_id"]]   # ... the allocation stays
         assert trial_processes_left(str(tmp_path)) == []
         monkeypatch.setenv("FAST_OBJECTIVE_MODE", "ok")
-        again = launcher.launch(request(spec, tmp_path, {"micro_batch": 2}, number=1))
+        # the next trial in the same allocation, with room to start on a loaded machine (5 s is
+        # the hang's timeout, not an ok trial's)
+        roomy = dataclasses.replace(spec, trial=dataclasses.replace(spec.trial, timeout_s=120))
+        again = launcher.launch(request(roomy, tmp_path, {"micro_batch": 2}, number=1))
         assert again.status == "ok" and again.extra["slurm_job_id"] == result.extra["slurm_job_id"]
     finally:
         launcher.close()

@@ -3,7 +3,6 @@
 Contract tests run against SQLite and the real PostgreSQL alike (a fresh database each).
 """
 
-import multiprocessing as mp
 import os
 import threading
 import time
@@ -15,6 +14,7 @@ import sqlalchemy
 import sqlalchemy.exc
 from optuna.trial import TrialState
 
+from tests.procs import process_context
 from tuner.storage import (
     DEFAULT_STORAGE,
     MAX_OVERFLOW,
@@ -113,7 +113,7 @@ def _open_in_process(url, barrier, errors):
 def test_processes_that_start_together_create_the_schema_once(storage_url):
     """Optuna's CREATE TABLEs race on PostgreSQL's catalog; tuner serialises them."""
     url = storage_url
-    ctx = mp.get_context("fork")
+    ctx = process_context()
     barrier, errors = ctx.Barrier(6), ctx.Queue()
     procs = [ctx.Process(target=_open_in_process, args=(url, barrier, errors)) for _ in range(6)]
     for p in procs:
@@ -184,7 +184,7 @@ def _hold_lock(url, name, path, barrier):
 def test_admission_lock_serialises_processes(storage_url, tmp_path):
     url = storage_url
     open_storage(url)                                         # the schema, before the race
-    ctx = mp.get_context("fork")
+    ctx = process_context()
     barrier = ctx.Barrier(4)
     log = tmp_path / "lock.log"
     procs = [ctx.Process(target=_hold_lock, args=(url, "study", log, barrier)) for _ in range(4)]

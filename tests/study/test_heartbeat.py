@@ -63,6 +63,19 @@ def test_a_trial_a_peer_failed_as_stale_is_stopped_at_the_next_beat():
     assert beat.lost.failed_elsewhere
 
 
+def test_a_trial_a_peer_failed_before_its_first_beat_never_launches():
+    # an outage past the grace period between the admission and the launch: a peer failed the
+    # trial as stale meanwhile, and the first beat finds it finished (it crashed the coordinator)
+    storage = Storage()
+    storage.fail = optuna.exceptions.UpdateFinishedTrialError("Trial#3 has already finished")
+    beat = Heartbeat(storage, 3, 0.1, gpus=2, grace_period_s=60.0)
+    launched = []
+    with pytest.raises(HeartbeatLost, match="before it launched"):
+        with beat:
+            launched.append(1)
+    assert launched == [] and beat.lost.failed_elsewhere and not beat.started
+
+
 def test_a_healthy_heartbeat_never_interrupts():
     storage = Storage()
     with Heartbeat(storage, 1, 0.05, gpus=2, grace_period_s=0.5) as beat:

@@ -4,7 +4,6 @@ The real server every time: the local one (a fresh database per test), or a priv
 the tests' own where the server itself is restarted or a password must be checked (tests/pg.py).
 """
 
-import multiprocessing as mp
 import os
 import re
 import signal
@@ -19,6 +18,7 @@ import sqlalchemy
 from optuna.trial import TrialState
 
 from tests.pg import sleep_launcher, wait_until
+from tests.procs import process_context
 from tests.spine_helpers import fast_spec
 from tuner.budget import ledger_from_trials
 from tuner.cli import main as tuner_main
@@ -50,7 +50,7 @@ def _coordinate(spec, url, budget, runs_dir, sleep_s, grace_s, errors):
 
 def start_coordinators(n, spec, url, budget, runs_dir, *, sleep_s=0.05, grace_s=None):
     """`n` coordinators, each a process with its own storage, like `n` `tuner run`s."""
-    ctx = mp.get_context("fork")
+    ctx = process_context()
     errors = ctx.Queue()
     procs = [ctx.Process(target=_coordinate, args=(spec, url, budget, runs_dir, sleep_s, grace_s, errors))
              for _ in range(n)]
@@ -336,7 +336,7 @@ def test_a_30_s_database_outage_mid_study_is_survived_and_loses_no_finished_tria
     5-minute limit are bench/chaos.py's (the retry schedule is the same past its 15 s cap)."""
     spec = fast_spec(tmp_path, extra_space=WIDE, extra_baseline="grad_accum = 1")
     notes = tmp_path / "notes.txt"
-    ctx = mp.get_context("fork")
+    ctx = process_context()
     out = ctx.Queue()
     proc = ctx.Process(target=_coordinate_logged, args=(spec, private_db_url, 200.0, tmp_path / "runs", notes, out))
     proc.start()
@@ -390,7 +390,7 @@ def test_three_coordinators_started_at_the_same_instant_on_an_empty_database_all
     """The `pg_type_typname_nsp_index` schema-creation race: tables, study and baseline are
     created once, and every coordinator joins."""
     spec = fast_spec(tmp_path, extra_space=WIDE, extra_baseline="grad_accum = 1")
-    ctx = mp.get_context("fork")
+    ctx = process_context()
     barrier, out = ctx.Barrier(3), ctx.Queue()
     procs = [ctx.Process(target=_start_together, args=(spec, private_db_url, tmp_path / "runs", barrier, out))
              for _ in range(3)]

@@ -198,7 +198,7 @@ def run_study(spec: StudySpec, options: RunOptions,
                 with heartbeat:
                     result = launcher.launch(request)
             except HeartbeatLost:
-                launched += 1
+                launched += heartbeat.started
                 lost = heartbeat.lost or HeartbeatLost("its heartbeat was lost")
                 if not lost.failed_elsewhere:  # FAIL it ourselves, charged, retried once (waits out an outage)
                     _record_stopped(study, trial, launch_gpus(spec) * (time.monotonic() - t0), lost, heartbeat.failures)

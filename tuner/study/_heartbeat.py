@@ -74,6 +74,8 @@ class Heartbeat:
         """Beats that failed (storage errors), over the trial's life."""
         self.lost: HeartbeatLost | None = None
         """Set when the heartbeat stopped the trial."""
+        self.started = False
+        """The first beat landed and the launch went ahead (False: the trial never launched)."""
 
     def _beat(self) -> None:
         self._storage.record_heartbeat(self._trial_id)
@@ -119,7 +121,14 @@ class Heartbeat:
 
     def __enter__(self) -> Heartbeat:
         self._t0 = time.monotonic()
-        with_retries(self._beat, what="recording a heartbeat")
+        try:
+            with_retries(self._beat, what="recording a heartbeat")
+        except optuna.exceptions.UpdateFinishedTrialError:  # the storage was away past the grace period
+            self.lost = HeartbeatLost("another coordinator failed it as stale before it launched (the storage "
+                                      "was unreachable past the grace period); its retry runs it",
+                                      failed_elsewhere=True)
+            raise self.lost from None
+        self.started = True
         self._last_ok = time.monotonic()
         self._target = threading.get_ident()
         self._thread.start()
