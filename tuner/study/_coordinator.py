@@ -138,8 +138,10 @@ def run_study(spec: StudySpec, options: RunOptions,
     own_spool = spool.Spool(runs_dir.parent, name)
 
     def event(kind: str, **kw: Any) -> TrialEvent:
-        best_value, best_ci = _best(study)
-        return TrialEvent(kind=kind, used_gpu_seconds=_used(study, limit), limit_gpu_seconds=limit,
+        trials = with_retries(lambda: study.get_trials(deepcopy=False), what="reading the study")  # one read
+        best_value, best_ci = _best(trials)
+        return TrialEvent(kind=kind, used_gpu_seconds=ledger_from_trials(trials, limit).used_gpu_seconds,
+                          limit_gpu_seconds=limit,
                           best_value=best_value, best_ci=best_ci, **kw)
 
     if spec.study.ablation_share == 0:
@@ -344,11 +346,6 @@ def _record_interrupted(study: optuna.Study, trial: optuna.Trial, gpu_seconds: f
             raise
 
 
-def _used(study: optuna.Study, limit: float) -> float:
-    trials = with_retries(lambda: study.get_trials(deepcopy=False), what="reading the ledger")
-    return ledger_from_trials(trials, limit).used_gpu_seconds
-
-
 def adaptive_bar(study: optuna.Study, spec: StudySpec) -> float | None:
     """Adaptive measurement's bar for the next search trial: the best ok trial's 95% CI lower
     bound (tuner.study.best_lower_bound), or None (adaptive measurement off, no CI yet)."""
@@ -361,11 +358,10 @@ def adaptive_bar(study: optuna.Study, spec: StudySpec) -> float | None:
         for t in trials if t.user_attrs.get("status") == "ok")
 
 
-def _best(study: optuna.Study) -> tuple[float | None, tuple[float, float] | None]:
+def _best(trials: list[optuna.trial.FrozenTrial]) -> tuple[float | None, tuple[float, float] | None]:
     """The best ok trial's tokens/s/GPU and its 95% CI (None, None before any)."""
-    trials = with_retries(lambda: study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)),
-                          what="reading the best trial")
-    ok = [t for t in trials if t.user_attrs.get("status") == "ok" and t.value is not None]
+    ok = [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("status") == "ok"
+          and t.value is not None]
     if not ok:
         return None, None
     best = max(ok, key=lambda t: t.value)
