@@ -21,6 +21,7 @@ from tuner.storage import (
     POOL_SIZE,
     StorageError,
     admission_lock,
+    fail_stale_trials,
     open_storage,
     redact_url,
     resolve_storage_url,
@@ -165,6 +166,26 @@ def test_running_trials_beat_from_their_first_moment_and_go_stale_once(storage_u
     assert sorted(failed) == [popped.number, fresh.number]    # each once, by one of the two
     states = {t.number: t.state for t in study.get_trials()}
     assert states == {popped.number: TrialState.FAIL, fresh.number: TrialState.FAIL, late.number: TrialState.RUNNING}
+
+
+def test_a_running_trial_without_a_heartbeat_goes_stale_too(storage_url):
+    """An ask that committed while the storage went away (its first beat failed, and the ask
+    raised before the coordinator held the trial) left a RUNNING trial with no heartbeat row,
+    which Optuna never finds stale: a coordinator waited on it forever. The stale check gives
+    it a beat, so it goes stale one grace period later."""
+    url = storage_url
+    storage = open_storage(url, grace_period_s=2)
+    study = optuna.create_study(study_name="s", storage=storage)
+    plain = optuna.load_study(study_name="s", storage=optuna.storages.RDBStorage(url))
+    orphan = _ask(plain)                                      # RUNNING, no heartbeat row (no beats)
+    with admission_lock(storage, "s"):
+        assert fail_stale_trials(study, {"status": "lost", "message": "m"}) == []   # adopted: a beat now
+    time.sleep(3.5)                                           # past the 2 s grace
+    with admission_lock(storage, "s"):
+        failed = fail_stale_trials(study, {"status": "lost", "message": "m"})
+    assert [t.number for t in failed] == [orphan.number]
+    assert study.trials[orphan.number].state == TrialState.FAIL
+    assert study.trials[orphan.number].user_attrs["status"] == "lost"
 
 
 # --------------------------------------------------------- contract: admission lock

@@ -94,7 +94,8 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
     Optuna finds a trial stale only from its heartbeat row, and tuner drives trials with
     ask/tell: a trial whose coordinator died between ``ask`` and its first beat (or an ``ask``
     retried after its first attempt had landed) would stay RUNNING forever. Beating the moment
-    a trial becomes RUNNING leaves only the milliseconds between two commits uncovered.
+    a trial becomes RUNNING leaves only the milliseconds between two commits uncovered, and
+    :meth:`beat_orphans` (run with every stale check) covers those.
     """
 
     def _beats(self) -> bool:
@@ -157,6 +158,24 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
         return changed
 
 
+    def beat_orphans(self, study_id: int) -> list[int]:
+        """Give a first heartbeat (the server's ``now()``) to the study's RUNNING trials that
+        have none; returns their ids. A trial whose ``ask`` committed while the storage went
+        away (the first beat failed, and the ask raised before its coordinator held the trial)
+        has no beat, so Optuna would never find it stale and the study would wait on it forever;
+        with this beat it goes stale one grace period later, like a dead coordinator's."""
+        with _scoped_session(self) as session:
+            running = {tid for (tid,) in session.query(_models.TrialModel.trial_id).filter(
+                _models.TrialModel.study_id == study_id, _models.TrialModel.state == TrialState.RUNNING)}
+            if not running:
+                return []
+            beaten = {tid for (tid,) in session.query(_models.TrialHeartbeatModel.trial_id).filter(
+                _models.TrialHeartbeatModel.trial_id.in_(running))}
+        orphans = sorted(running - beaten)
+        for tid in orphans:
+            self.record_heartbeat(tid)
+        return orphans
+
     def fail_if_stale(self, trial_id_: int, attrs: Mapping[str, Any]) -> bool:
         """FAIL a RUNNING trial whose heartbeat is older than the grace period, with ``attrs``
         (its status and message), in one transaction on the locked trial row. False when it
@@ -194,6 +213,7 @@ def fail_stale_trials(study: optuna.Study, attrs: Mapping[str, Any]) -> list[Fro
     rdb = rdb_storage(study)
     if not isinstance(rdb, HeartbeatRDBStorage) or rdb.heartbeat_interval is None:
         return []
+    rdb.beat_orphans(study._study_id)  # noqa: SLF001 - a RUNNING trial with no beat goes stale too
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         stale = rdb._get_stale_trial_ids(study._study_id)  # noqa: SLF001
