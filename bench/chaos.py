@@ -40,13 +40,14 @@ import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from bench.local_services import free_port, postgres_bindir
 
 ROOT = Path(__file__).resolve().parents[1]
 USER, PASSWORD, DB = "chaos", "chaos", "chaos"
@@ -59,12 +60,6 @@ def _as_postgres(cmd: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd  # initdb refuses root
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @dataclass
 class Server:
     """A throwaway PostgreSQL server (tests/pg.py starts its private servers the same way)."""
@@ -72,8 +67,7 @@ class Server:
     base: Path
     port: int
     max_connections: int
-    bindir: Path = field(default_factory=lambda: Path(sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
-                                                              key=lambda p: int(p.split("/")[4]))[-1]).parent)
+    bindir: Path | None = field(default_factory=postgres_bindir)  # None: main() refuses to start
 
     @property
     def url(self) -> str:
@@ -287,7 +281,7 @@ class Chaos:
 
     def __init__(self, args: argparse.Namespace, seed: int, base: Path) -> None:
         self.args, self.seed, self.base = args, seed, base
-        self.server = Server(base / "pg", _free_port(), max_connections=args.max_connections)
+        self.server = Server(base / "pg", free_port(), max_connections=args.max_connections)
         self.runs_dir = base / "runs"
         self.log_dir = base / "log"
         self.injected: collections.Counter[str] = collections.Counter()
@@ -621,6 +615,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.command == "coordinator":
         return coordinator(args)
+    if postgres_bindir() is None:
+        p.error("no PostgreSQL server binaries (initdb, pg_ctl) on this machine: the bench starts a server of "
+                "its own (apt-get install postgresql)")
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # kill <pid>: clean up as Ctrl-C does
     print("| seed | trials by | coordinators | wall s | faults injected | trials | lost / interrupted / recovered "
           "| GPU-s used / limit | violations |")

@@ -14,11 +14,9 @@
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -27,6 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from bench.local_services import free_port
+from bench.local_services import postgres_bindir as _bindir
 
 ROOT = Path(__file__).resolve().parents[1]
 PG_HOST = os.environ.get("TUNER_TEST_PG_HOST", "127.0.0.1")
@@ -92,12 +93,6 @@ def expand(value: str, env: dict[str, str]) -> str:
     return value.replace("$$", "$")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @dataclass
 class PrivateServer:
     """A PostgreSQL server of the tests' own; ``restart()`` disturbs nobody else."""
@@ -138,14 +133,6 @@ class PrivateServer:
 def _as_postgres(cmd: list[str]) -> list[str]:
     # initdb and postgres refuse to run as root
     return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
-
-
-def _bindir() -> Path | None:
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4]))
-    if found:
-        return Path(found[-1]).parent
-    initdb = shutil.which("initdb")
-    return Path(initdb).parent if initdb else None
 
 
 def start_private_server(*, user: str, password: str, db: str, options: list[str]) -> PrivateServer:

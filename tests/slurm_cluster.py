@@ -34,6 +34,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.local_services import free_port
+
 __all__ = ["SlurmCluster", "missing_reason", "start_cluster"]  # the fixture is in conftest.py
 
 _BINARIES = ("munged", "slurmctld", "slurmd", "srun", "sbatch", "squeue", "scancel", "scontrol")
@@ -63,12 +65,6 @@ def missing_reason() -> str | None:
 
 def _which(name: str) -> str:
     return shutil.which(name) or str(Path("/usr/sbin", name))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -145,7 +141,7 @@ def _slurm_conf(root: Path, nodes: tuple[str, ...], ctld_port: int, munge_socket
     # Every node is a slurmd on this host, each on a port of its own (Slurm's "multiple
     # slurmd" setup); NodeAddr is how Slurm, and tuner's rendezvous, reach it.
     node_lines = "\n".join(
-        f"NodeName={n} NodeHostname={host} NodeAddr=127.0.0.1 Port={_free_port()} "
+        f"NodeName={n} NodeHostname={host} NodeAddr=127.0.0.1 Port={free_port()} "
         f"CPUs={_NODE_CPUS} State=UNKNOWN" for n in nodes)
     node_list = ",".join(nodes)
     first_job_id = 1 + ctld_port * 10  # a free port is this cluster's own: so are its job ids
@@ -244,7 +240,7 @@ def start_cluster(nodes: int = 2, ready_timeout_s: float = _READY_TIMEOUT_S) -> 
     cluster = SlurmCluster(root=root, conf_path=root / "slurm.conf", nodes=names)
     try:
         cluster.procs["munged"], sock = _start_munge(root)
-        cluster.conf_path.write_text(_slurm_conf(root, names, _free_port(), sock))
+        cluster.conf_path.write_text(_slurm_conf(root, names, free_port(), sock))
         devnull = subprocess.DEVNULL
         cluster.procs["slurmctld"] = subprocess.Popen(
             [_which("slurmctld"), "-D", "-c", "-i", "-f", str(cluster.conf_path)],

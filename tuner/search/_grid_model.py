@@ -51,6 +51,7 @@ class GridModel:
         self._calibration: dict[str, Any] | None = None  # the last refit (the next one's warm start)
         self._key: tuple | None = None
         self._constants: dict[str, float] = {}
+        self._mean_tokens = 0.0
         self._known = np.full(len(grid.configs), np.nan)
         self.refits = 0
         """Refits so far (one per change of the fit's inputs)."""
