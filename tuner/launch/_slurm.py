@@ -317,13 +317,23 @@ class SlurmLauncher(Launcher):
 
     def _cancel_step(self, job_id: str, step_name: str) -> None:
         """scancel this trial's step (by its name), keeping the allocation for the next trial."""
-        listing = run_slurm("squeue", "--noheader", "--steps", "--jobs", job_id, "--format", "%i|%j")
-        steps = [line.split("|")[0] for line in listing.stdout.split()
-                 if line.endswith("|" + step_name)] if listing.returncode == 0 else []
-        if steps:
-            scancel(*steps)
-        else:  # the step is not listed (yet, or squeue failed): the allocation goes instead
+        steps = self._listed_steps(job_id, step_name)
+        if not steps:  # the step is not listed (yet, or squeue failed): the allocation goes instead
             self.close()
+            return
+        scancel(*steps)
+        # a cancelled step stays listed while slurmd tears it down (seconds on a loaded node) and
+        # holds its CPUs meanwhile: the next trial's step would wait behind it
+        deadline = time.monotonic() + _CANCEL_GRACE_S
+        while self._listed_steps(job_id, step_name) and time.monotonic() < deadline:
+            time.sleep(0.5)
+
+    @staticmethod
+    def _listed_steps(job_id: str, step_name: str) -> list[str]:
+        """Ids of the job's steps named ``step_name`` that squeue lists ([] when squeue fails)."""
+        listing = run_slurm("squeue", "--noheader", "--steps", "--jobs", job_id, "--format", "%i|%j")
+        return [line.split("|")[0] for line in listing.stdout.split()
+                if line.endswith("|" + step_name)] if listing.returncode == 0 else []
 
     # ---------------------------------------------------------------- the allocation
 
