@@ -244,10 +244,9 @@ class SlurmLauncher(Launcher):
         allocation.trials += 1
         t0 = time.monotonic()
         with open(log_path, "wb") as log:
-            # A session of its own: the terminal's Ctrl-C reaches us, and we cancel via Slurm.
             proc = subprocess.Popen(self.command(request, allocation.job_id, allocation.rdzv_host),
-                                    env=env, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+                                    env=env, stdout=log, stderr=subprocess.STDOUT,  # a session of its own: the
+                                    stdin=subprocess.DEVNULL, start_new_session=True)  # terminal's Ctrl-C reaches us
             try:
                 proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
@@ -317,23 +316,15 @@ class SlurmLauncher(Launcher):
 
     def _cancel_step(self, job_id: str, step_name: str) -> None:
         """scancel this trial's step (by its name), keeping the allocation for the next trial."""
-        steps = self._listed_steps(job_id, step_name)
-        if not steps:  # the step is not listed (yet, or squeue failed): the allocation goes instead
-            self.close()
-            return
-        scancel(*steps)
-        # a cancelled step stays listed while slurmd tears it down (seconds on a loaded node) and
-        # holds its CPUs meanwhile: the next trial's step would wait behind it
+        def listed() -> list[str]:  # the step's ids in squeue ([] when squeue fails)
+            out = run_slurm("squeue", "--noheader", "--steps", "--jobs", job_id, "--format", "%i|%j")
+            return [ln.split("|")[0] for ln in out.stdout.split() if ln.endswith("|" + step_name)] if out.returncode == 0 else []
+        if not (steps := listed()):  # not listed (yet, or squeue failed): the allocation goes instead
+            return self.close()
+        scancel(*steps)  # then wait: a cancelled step holds its CPUs until slurmd has torn it down
         deadline = time.monotonic() + _CANCEL_GRACE_S
-        while self._listed_steps(job_id, step_name) and time.monotonic() < deadline:
+        while listed() and time.monotonic() < deadline:
             time.sleep(0.5)
-
-    @staticmethod
-    def _listed_steps(job_id: str, step_name: str) -> list[str]:
-        """Ids of the job's steps named ``step_name`` that squeue lists ([] when squeue fails)."""
-        listing = run_slurm("squeue", "--noheader", "--steps", "--jobs", job_id, "--format", "%i|%j")
-        return [line.split("|")[0] for line in listing.stdout.split()
-                if line.endswith("|" + step_name)] if listing.returncode == 0 else []
 
     # ---------------------------------------------------------------- the allocation
 
