@@ -101,7 +101,9 @@ def timed(cmd: list[str], code: str | None) -> tuple[float, float, int]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (code or str(ROOT), os.environ.get("PYTHONPATH")) if p))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    # run from the checkout's folder: `python -m` puts the working directory ahead of PYTHONPATH,
+    # so from another checkout's folder its tuner would be timed instead
+    out = subprocess.run(cmd, env=env, cwd=code or str(ROOT), capture_output=True, text=True)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if out.returncode:

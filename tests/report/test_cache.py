@@ -15,7 +15,7 @@ from tuner.storage import study_storage
 def counted(monkeypatch):
     calls = []
 
-    def fake(study, *, n_boot=200, seed=0):
+    def fake(study, *, n_boot=200, seed=0, trials=None):
         calls.append(n_boot)
         return {"study": study.study_name, "n_trials": len(study.trials)}
 

@@ -163,10 +163,11 @@ def test_a_candidate_that_would_outrun_its_budget_cap_is_weighted_out():
     process = knobs.RECONFIGURE.index("process")
     sampler = ModelGuidedSampler(spec)
     p = sampler._prob_within_cap(done, np.array([cap_s / 2, cap_s * 3, cap_s * 1e3]), np.array([process] * 3),
-                                 np.array([0.1, 0.1, 0.1]))
+                                 np.array([0.1, 0.1, 0.1]), sampler._setup_by_level(done))
     assert p[0] > 0.99 and p[1] < 0.01 and p[2] == 0.0
     # before any trial finished, the cap is the spec's (3 x its first estimate): nothing is ruled out
-    assert sampler._prob_within_cap([], np.array([cap_s * 2]), np.array([process]), np.array([0.1]))[0] > 0.99
+    assert sampler._prob_within_cap([], np.array([cap_s * 2]), np.array([process]), np.array([0.1]),
+                                    sampler._setup_by_level([]))[0] > 0.99
 
 
 # ------------------------------------------------------------------ evidence overrules the model (issue 28)

@@ -51,3 +51,32 @@ def test_a_pair_of_levels_that_fails_together_is_the_configs_risk():
     assert risk["ci95"][0] >= 0.25 and risk["knobs"]["mb"] == "8"
     safe = neighbour_risk({"mb": 4, "ckpt": True, "workers": 1}, trials, ["mb", "ckpt", "workers"])
     assert safe["ci95"][0] < 0.25   # its worst neighbourhood (workers=1) holds mb 8 runs, not surely >= 25%
+
+
+def test_the_models_fast_prediction_is_scikit_learns_and_the_index_changes_nothing():
+    """failure_model reads its logistic regression's coefficients from a dict: the same
+    probabilities as predict_proba on the one-hot codes (an unseen level adds nothing), and
+    config_failure with the study's attempts index says what its scan says."""
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import OneHotEncoder
+
+    from tuner.stats import attempts_by_config
+
+    rng = np.random.default_rng(3)
+    trials = []
+    for i in range(120):
+        p = {"mb": int(rng.choice([1, 2, 8])), "proto": str(rng.choice(["LL", "Simple"])), "ws": [None, 4][i % 2]}
+        trials.append(run(i, "oom" if rng.random() < (0.6 if p["mb"] == 8 else 0.1) else "ok", **p))
+    knobs = ["mb", "proto", "ws"]
+    model = failure_model(trials, knobs)
+    rows = [[("n/a" if t.params[k] is None else __import__("json").dumps(t.params[k])) for k in knobs] for t in trials]
+    enc = OneHotEncoder(handle_unknown="ignore").fit(rows)
+    reference = LogisticRegression(C=10.0, max_iter=1000).fit(enc.transform(rows), [t.status == "oom" for t in trials])
+    for params, row in [(trials[0].params, rows[0]), (trials[1].params, rows[1]),
+                        ({"mb": 16, "proto": "LL", "ws": 4}, ["16", '"LL"', "4"])]:
+        assert model(params) == pytest.approx(reference.predict_proba(enc.transform([row]))[0, 1], rel=1e-9)
+    levels, index = level_failures(trials, knobs), attempts_by_config(trials)
+    for t in trials[:20]:
+        assert config_failure(t.params, trials, levels, model) == config_failure(t.params, trials, levels, model,
+                                                                                  attempts=index)

@@ -3,8 +3,9 @@
 The key is what changes when the study does: its trial count, the last completion time, its
 spec fingerprint and budget limit; plus the bootstrap count asked for and a hash of
 tuner.stats' own source (a new version of the statistics never serves an old analysis).
-The key is read before the analysis runs, so a trial that finishes meanwhile makes the next
-report compute again rather than reuse an analysis that missed it.
+The key and the analysis read the same trials (one read of the study), so a trial that
+finishes meanwhile makes the next report compute again rather than reuse an analysis that
+missed it.
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ def _default_n_boot() -> int:
     return inspect.signature(analyze_study).parameters["n_boot"].default
 
 
-def analysis_key(study, *, n_boot: int) -> dict[str, Any]:
-    """What must be equal for an analysis.json to describe ``study`` as it is now."""
-    trials = study.get_trials(deepcopy=False)
+def analysis_key(study, *, n_boot: int, trials=None) -> dict[str, Any]:
+    """What must be equal for an analysis.json to describe ``study`` as it is now (``trials``:
+    its frozen trials, where the caller has read them)."""
+    trials = study.get_trials(deepcopy=False) if trials is None else trials
     done = [t.datetime_complete for t in trials if t.datetime_complete is not None]
     attrs = study.user_attrs
     return {"n_trials": len(trials), "n_finished": len(done),
@@ -71,11 +73,12 @@ def load_or_analyze(study, out_dir: str | Path, *, n_boot: int | None = None,
     from tuner.stats import analyze_study
 
     boot = _default_n_boot() if n_boot is None else n_boot
-    key = analysis_key(study, n_boot=boot)
+    trials = study.get_trials(deepcopy=False)   # one read: the key and the analysis see the same trials
+    key = analysis_key(study, n_boot=boot, trials=trials)
     path = output_dir(out_dir) / "analysis.json"
     if reuse and (analysis := _cached(path, key)) is not None:
         return analysis, True
-    analysis = analyze_study(study, n_boot=boot)
+    analysis = analyze_study(study, n_boot=boot, trials=trials)
     analysis[CACHE_KEY] = key
     write_analysis(analysis, path.parent)
     return analysis, False

@@ -26,12 +26,13 @@ def predict(grid: ModelGrid, idx: np.ndarray, constants: dict[str, float], mean_
 
     ``known``: one entry per grid config, NaN where not yet predicted with these constants and
     mean tokens; filled in place and read back."""
-    out = np.zeros(len(idx))
+    idx = np.asarray(idx, dtype=int)
+    out = np.zeros(len(idx)) if known is None else known[idx]
+    todo = range(len(idx)) if known is None else np.flatnonzero(np.isnan(out))  # the known are read at once
     memo: dict[int, float] = {}
-    for j, i in enumerate(idx):
-        if known is not None and not np.isnan(known[i]):
-            out[j] = known[i]
-            continue
+    for j in todo:
+        i = idx[j]
+        out[j] = 0.0
         got = grid.plan(int(i), mean_tokens)
         if got is not None:
             plan, _ = got

@@ -170,6 +170,7 @@ class ModelGuidedSampler(BaseSampler):
         if self._model is None:
             self._model = GridModel(spec, grid)
         self._model.update(ok, mean_tokens)  # a refit only when the trials it reads have changed
+        ok_numbers = {t.number for t in ok}
         alive = np.array([not (p is not None and p[1]) for p in grid.nccl])  # certain NCCL failures out
         obs_idx, obs_y, pending, launched = [], [], [], []
         bad_nccl = set()
@@ -189,7 +190,7 @@ class ModelGuidedSampler(BaseSampler):
                 alive[i] = False
                 if t.state == TrialState.COMPLETE:
                     launched.append(i)
-                if t in ok:
+                if t.number in ok_numbers:
                     obs_idx.append(i)
                     obs_y.append(math.log(t.value))
         for i in pending:
@@ -262,8 +263,9 @@ class ModelGuidedSampler(BaseSampler):
             prior_sd=PRIOR_RESIDUAL_SD, noise_sd=NOISE_SD, weight_sd=MODEL_WEIGHT_SD, min_fit=MIN_FIT,
             level_sds=LEVEL_SDS, interaction_sds=INTERACTION_SDS)
         mu_far, sd_far, mu, sd = mu[len(idx):], sd[len(idx):], mu[: len(idx)], sd[: len(idx)]
-        seconds, levels = self._trial_seconds(trials, ok, idx, mu, mean_tokens)
-        weight = p_fit[idx] * p_nccl[idx] * self._prob_within_cap(trials, seconds, levels, sd)
+        setup = self._setup_by_level(trials)   # set-up seconds per reconfiguration level, once
+        seconds, levels = self._trial_seconds(setup, ok, idx, mu, mean_tokens)
+        weight = p_fit[idx] * p_nccl[idx] * self._prob_within_cap(trials, seconds, levels, sd, setup)
         n_picked, how = sum(1 for t in trials if t.user_attrs.get("model_pick") in PICKS), None
         if fixed is not None:
             j, how = 0, "enqueued"
@@ -330,7 +332,7 @@ class ModelGuidedSampler(BaseSampler):
         return None
 
     def _prob_within_cap(self, trials: list[FrozenTrial], seconds: np.ndarray, levels: np.ndarray,
-                         sd: np.ndarray) -> np.ndarray:
+                         sd: np.ndarray, setup_by_level: np.ndarray) -> np.ndarray:
         """P(each candidate finishes within the cap admission will give it): budget.CAP_FACTOR x
         the larger of the coordinator's estimate (budget.estimate_from_trials, warm when this
         coordinator's worker is up) and the costliest ok trial (budget.cap_basis; the first
@@ -344,7 +346,7 @@ class ModelGuidedSampler(BaseSampler):
         estimate = budget.estimate_from_trials(trials, first_estimate_gpu_seconds=first, warm=warm)
         costliest = budget.cap_basis(trials, first_estimate_gpu_seconds=first)
         cap_s = budget.CAP_FACTOR * budget.trial_cap_basis(estimate, costliest) / spec.cluster.world_size
-        setup = self._setup_by_level(trials)[levels]
+        setup = setup_by_level[levels]
         run_s = np.maximum(seconds - setup, 1e-9)
         room = cap_s - setup
         with np.errstate(divide="ignore"):
@@ -358,7 +360,7 @@ class ModelGuidedSampler(BaseSampler):
         setup = budget.setup_seconds_by_level(parts, trials)
         return np.array([setup[lv] for lv in knobs.RECONFIGURE])
 
-    def _trial_seconds(self, trials: list[FrozenTrial], ok: list[FrozenTrial], idx: np.ndarray, mu: np.ndarray,
+    def _trial_seconds(self, setup_by_level: np.ndarray, ok: list[FrozenTrial], idx: np.ndarray, mu: np.ndarray,
                        mean_tokens: float) -> tuple[np.ndarray, np.ndarray]:
         """(expected seconds, reconfiguration level) of running each candidate next: the set-up
         its switch needs from this coordinator's worker (all pay a start-up when trials are
@@ -371,7 +373,7 @@ class ModelGuidedSampler(BaseSampler):
         steps = float(np.mean(searched)) if searched else float(t.measure_steps)
         warmup = np.where(levels < process, min(t.warmup_steps, t.warm_warmup_steps), t.warmup_steps)
         step_s = self.grid.tokens_per_gpu_step(mean_tokens)[idx] / np.exp(mu)
-        return self._setup_by_level(trials)[levels] + (warmup + steps) * step_s, levels
+        return setup_by_level[levels] + (warmup + steps) * step_s, levels
 
 
 def _capacity(spec: StudySpec) -> float:

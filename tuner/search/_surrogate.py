@@ -119,8 +119,9 @@ def evidence_gp(x_obs: np.ndarray, y_obs: np.ndarray, m_obs: np.ndarray, x_cand:
 
 
 def _evidence_kernel(a: np.ndarray, b: np.ndarray, ma: np.ndarray, mb: np.ndarray, *, level_sd: float,
-                     interaction_sd: float, weight_sd: float, offset_sd: float, lengthscale: float) -> np.ndarray:
-    ham = hamming(a, b)
+                     interaction_sd: float, weight_sd: float, offset_sd: float, lengthscale: float,
+                     ham: np.ndarray | None = None) -> np.ndarray:
+    ham = hamming(a, b) if ham is None else ham   # ``ham``: hamming(a, b) where the caller holds it
     return (offset_sd**2 + weight_sd**2 * np.outer(ma, mb) + level_sd**2 * (a.shape[1] - ham)
             + interaction_sd**2 * np.exp(-ham / lengthscale))
 
@@ -142,10 +143,11 @@ def evidence_scales(x_obs: np.ndarray, y_obs: np.ndarray, m_obs: np.ndarray, *, 
     mo = m_obs - float(np.mean(m_obs)) if len(m_obs) else m_obs
     r = y_obs - m_obs
     best, best_ll = (level_sds[len(level_sds) // 2], interaction_sds[0]), -np.inf
+    ham = hamming(x_obs, x_obs)   # one distance matrix for the whole grid
     for lv in level_sds:
         for ia in interaction_sds:
             k_oo = _evidence_kernel(x_obs, x_obs, mo, mo, level_sd=lv, interaction_sd=ia, weight_sd=weight_sd,
-                                    offset_sd=offset_sd, lengthscale=lengthscale) + noise_sd**2 * np.eye(len(r))
+                                    offset_sd=offset_sd, lengthscale=lengthscale, ham=ham) + noise_sd**2 * np.eye(len(r))
             try:
                 chol = np.linalg.cholesky(k_oo)
             except np.linalg.LinAlgError:

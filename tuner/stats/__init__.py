@@ -42,6 +42,7 @@ from tuner.stats._diagnostics import (
 )
 from tuner.stats._failures import (
     FLAKY_FAILURE_RATE,
+    attempts_by_config,
     config_failure,
     config_key,
     failure_model,
@@ -114,6 +115,7 @@ __all__ = [
     "budget_use",
     "budget_use_line",
     "config_estimate",
+    "attempts_by_config",
     "config_failure",
     "config_key",
     "failure_model",

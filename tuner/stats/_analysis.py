@@ -36,7 +36,8 @@ from tuner.budget import charged_gpu_seconds
 from tuner.measurement import batch_means_ci
 from tuner.stats._budget_use import budget_use, budget_use_line
 from tuner.stats._configs import TAU_PRIOR_DF, TAU_PRIOR_SD, run_variance
-from tuner.stats._diagnostics import noise_diagnostics
+from tuner.stats._diagnostics import drift_check, noise_diagnostics
+from tuner.stats._drift import drift_corrected
 from tuner.stats._failures import FAILURE_STATUSES, level_failures
 from tuner.stats._importance import N_BOOT, knob_importance
 from tuner.stats._recommend import ablation_effects, recommend, what_matters, what_matters_power
@@ -161,6 +162,9 @@ def analyze_record(record: StudyRecord, *, n_boot: int = N_BOOT, seed: int = 0) 
     ok = [t for t in trials if t.status == "ok"]
 
     cis, noise = trial_cis(trials)
+    drift_model = None
+    if drift_check(trials, cis)["flagged"]:   # the steps do not read the long run: each run's plateau instead
+        cis, drift_model = drift_corrected(trials, cis)
     launch = run_variance(trials, cis)
     tau2, tau_df = launch.as_tuple()
     levels = level_failures(trials, knobs)
@@ -192,7 +196,7 @@ def analyze_record(record: StudyRecord, *, n_boot: int = N_BOOT, seed: int = 0) 
         "top_knobs": [d["knob"] for d in importance if d["total"] is not None][:3],
         "what_matters": what_matters(importance, ablation),
         "what_matters_note": what_matters_power(importance, ablation, importance_model),
-        "noise_diagnostics": noise_diagnostics(trials, cis, noise, launch),
+        "noise_diagnostics": noise_diagnostics(trials, cis, noise, launch, drift_model),
         "failure_rates": levels,
         "marginal_effects": marginal_effects(trials, knobs, levels), "ablation": ablation,
         "noise_model": None if noise is None else {
@@ -215,6 +219,10 @@ def analyze_record(record: StudyRecord, *, n_boot: int = N_BOOT, seed: int = 0) 
         "method": {"trial_ci": "conditional on the trial's launch: tokens over time (ratio of sums), t-interval with a "
                                "REML AR(1) noise model pooled over the study's trials, MSER warm-up truncation; it "
                                "leaves out launch-to-launch variation, so it is not a CI of the config",
+                   "estimand": "the long-run rate of a full job: the measured steps' tokens over time, or, where the "
+                               "drift check flags a rate that falls or rises inside runs, each run's plateau under a "
+                               "pooled exponential fit, its CI widened by the settling times the steps cannot tell "
+                               "apart (noise_diagnostics.drift.correction)",
                    "config_ci": "config-level: a run's log variance is its own se^2 (x run_se_scale) plus the "
                                 "launch-to-launch tau^2, from re-measured configs combined with a stated prior "
                                 f"({TAU_PRIOR_SD:.0%} sd worth {TAU_PRIOR_DF} df); t-interval on the log mean of the "
@@ -232,9 +240,10 @@ def analyze_record(record: StudyRecord, *, n_boot: int = N_BOOT, seed: int = 0) 
     }
 
 
-def analyze_study(study, *, n_boot: int = N_BOOT, seed: int = 0) -> dict[str, Any]:
-    """analysis.json of an Optuna study (see analyze_record)."""
-    return analyze_record(study_record(study), n_boot=n_boot, seed=seed)
+def analyze_study(study, *, n_boot: int = N_BOOT, seed: int = 0, trials=None) -> dict[str, Any]:
+    """analysis.json of an Optuna study (see analyze_record); ``trials``: its frozen trials
+    where the caller has read them (tuner.report's cache key reads the same ones)."""
+    return analyze_record(study_record(study, trials), n_boot=n_boot, seed=seed)
 
 
 def _fmt_ci(d: dict[str, Any] | None, scale: float = 1.0, fmt: str = ",.0f") -> str:

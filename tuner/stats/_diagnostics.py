@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["noise_diagnostics", "PHI_BOUND", "ALPHA"]
+__all__ = ["noise_diagnostics", "drift_check", "PHI_BOUND", "ALPHA"]
 
 PHI_BOUND = 0.965
 """The pooled phi counts as at the bound from here (tuner.stats' grid ends at 0.97)."""
@@ -58,14 +58,23 @@ _MIN_STEPS = 4
 
 
 def _series(trials: Sequence[Any], cis: dict[int, dict[str, Any]]) -> list[np.ndarray]:
+    return [np.log(np.asarray(t.steps[int(cis[t.number].get("warmup_steps_dropped") or 0):], float))
+            for t in _kept(trials, cis)]
+
+
+def _numbers(trials: Sequence[Any], cis: dict[int, dict[str, Any]]) -> list[int]:
+    return [t.number for t in _kept(trials, cis)]
+
+
+def _kept(trials: Sequence[Any], cis: dict[int, dict[str, Any]]) -> list[Any]:
+    """The ok runs the checks read: at least _MIN_STEPS positive steps after warm-up."""
     out = []
     for t in trials:
         if t.status != "ok" or t.number not in cis or len(t.steps) < _MIN_STEPS:
             continue
-        d = int(cis[t.number].get("warmup_steps_dropped") or 0)
-        r = np.asarray(t.steps[d:], float)
+        r = np.asarray(t.steps[int(cis[t.number].get("warmup_steps_dropped") or 0):], float)
         if len(r) >= _MIN_STEPS and np.all(r > 0):
-            out.append(np.log(r))
+            out.append(t)
     return out
 
 
@@ -137,10 +146,26 @@ def _spread(launch: Any, cis: dict[int, dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def drift_check(trials: Sequence[Any], cis: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """The drift check alone (the module doc): whether tuner.stats moves runs to their plateau."""
+    return _drift(_series(trials, cis))
+
+
 def noise_diagnostics(trials: Sequence[Any], cis: dict[int, dict[str, Any]], noise: Any,
-                      launch: Any) -> dict[str, dict[str, Any]]:
+                      launch: Any, drift_model: Any = None) -> dict[str, dict[str, Any]]:
     """The four checks of the module doc: trials (TrialRecords), each ok run's CI
-    (tuner.stats.trial_cis), the pooled noise model and the study's LaunchVariance."""
+    (tuner.stats.trial_cis), the pooled noise model and the study's LaunchVariance.
+    ``drift_model``: the plateau fit (tuner.stats' DriftFit) the numbers were corrected by."""
     series = _series(trials, cis)
-    return {"phi_at_bound": _phi(noise), "drift": _drift(series), "stalls": _stalls(series),
+    drift = _drift(series)
+    if drift_model is not None:
+        lo, hi = drift_model.tau_range
+        drift["correction"] = drift_model.as_dict()
+        drift["meaning"] += (f"; corrected: each run's number is its plateau, the long-run rate of a full job, under "
+                             f"one fit to all runs (log rate {drift_model.amplitude:+.3f} x exp(-step / "
+                             f"{drift_model.tau_steps:g}) away from it); settling times of {lo:g}-{hi:g} steps fit "
+                             "the steps, and the CIs carry the plateaus they imply"
+                             + ("; runs this short cannot say where the drift ends: longer trials (measure_steps) "
+                                "narrow it" if hi >= 4 * drift_model.tau_steps else ""))
+    return {"phi_at_bound": _phi(noise), "drift": drift, "stalls": _stalls(series),
             "replication_spread": _spread(launch, cis)}

@@ -13,6 +13,7 @@ from typing import Any
 from tuner.stats._configs import RunCIs, config_estimate, holm, ratio_estimate
 from tuner.stats._failures import (
     FLAKY_FAILURE_RATE,
+    attempts_by_config,
     config_failure,
     config_key,
     failure_model,
@@ -79,6 +80,7 @@ def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df
             if not _is_remeasure(t) and d["first_trial"] is None:
                 d["first_trial"] = t.number
     fail_model = failure_model(trials, list(levels))
+    attempts = attempts_by_config(trials)
     est = lambda runs: config_estimate([cis[t.number] for t in runs], tau2=tau2, tau_df=tau_df,  # noqa: E731
                                        se_scale=se_scale)
     confirm = confirmation_runs(trials, cis)
@@ -94,7 +96,7 @@ def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df
                      "search": est(d["search"] or d["remeasure"]), "first_trial": d["first_trial"],
                      "remeasure_trials": [t.number for t in d["remeasure"]],
                      "confirmation": [t for t in d["remeasure"] if t.number in confirm],
-                     "failure": config_failure(d["params"], trials, levels, fail_model)})
+                     "failure": config_failure(d["params"], trials, levels, fail_model, attempts=attempts)})
     score = lambda r: (r["remeasured"] or r["search"])["mean"]  # noqa: E731
     reliable = [r for r in rows if not r["failure"]["flaky"]]
     remeasured = [r for r in reliable if r["remeasured"]]

@@ -91,10 +91,11 @@ def _step_seconds(attrs: dict[str, Any], n_steps: int) -> tuple[float, ...]:
     return tuple(float(s) for s in secs)
 
 
-def study_record(study: optuna.Study) -> StudyRecord:
-    """The study as plain data: its trials (:func:`trial_records`) and user attrs."""
-    return StudyRecord(name=study.study_name, trials=trial_records(study.get_trials(deepcopy=False)),
-                       attrs=dict(study.user_attrs))
+def study_record(study: optuna.Study, trials: Sequence[optuna.trial.FrozenTrial] | None = None) -> StudyRecord:
+    """The study as plain data: its trials (:func:`trial_records`) and user attrs. ``trials``:
+    the study's trials where the caller has read them already (one read of a large study)."""
+    frozen = study.get_trials(deepcopy=False) if trials is None else trials
+    return StudyRecord(name=study.study_name, trials=trial_records(frozen), attrs=dict(study.user_attrs))
 
 
 def trial_records(frozen: Sequence[optuna.trial.FrozenTrial]) -> tuple[TrialRecord, ...]:

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tuner.stats._configs import config_estimate, run_variance
-from tuner.stats._failures import config_failure, config_key, failure_model, level_failures
+from tuner.stats._failures import attempts_by_config, config_failure, config_key, failure_model, level_failures
 from tuner.stats._trial_ci import trial_cis
 
 __all__ = ["FINALISTS", "MAX_ROUNDS", "MIN_SURROGATE_SD", "RUNOFF", "posterior", "surrogate_spread",
@@ -148,6 +148,7 @@ def round_estimates(trials, knobs: Sequence[str], round_: int) -> tuple[dict[str
     cis, _ = trial_cis(trials)
     lv = run_variance(trials, cis)
     levels, model = level_failures(trials, knobs), failure_model(trials, knobs)
+    attempts = attempts_by_config(trials)
     runs: dict[str, list[dict[str, Any]]] = {}
     params: dict[str, dict[str, Any]] = {}
     for t in trials:
@@ -157,5 +158,5 @@ def round_estimates(trials, knobs: Sequence[str], round_: int) -> tuple[dict[str
             params[config_key(t.params)] = t.params
     estimates = {k: e for k, r in runs.items()
                  if (e := config_estimate(r, tau2=lv.tau2, tau_df=lv.df, se_scale=lv.se_scale)) is not None
-                 and not config_failure(params[k], trials, levels, model)["flaky"]}
+                 and not config_failure(params[k], trials, levels, model, attempts=attempts)["flaky"]}
     return estimates, params

@@ -32,6 +32,7 @@ from tuner import budget, knobs
 from tuner.spec import StudySpec
 from tuner.stats import (
     RUNOFF,
+    attempts_by_config,
     config_failure,
     config_key,
     failure_model,
@@ -79,12 +80,13 @@ def shortlist(trials: Sequence[Any], knobs: Sequence[str]) -> list[dict[str, Any
 
     levels = level_failures(trials, knobs)
     model = failure_model(trials, knobs)
+    attempts = attempts_by_config(trials)
     smoothed = smoothed_values(trials, knobs)
     out, seen = [], set()
     for t in sorted((t for t in trials if t.status == "ok" and t.role != "ablation" and t.value),
                     key=lambda t: (-smoothed.get(config_key(t.params), 0.0), -t.value)):
         key = config_key(t.params)
-        if key not in seen and not config_failure(t.params, trials, levels, model)["flaky"]:
+        if key not in seen and not config_failure(t.params, trials, levels, model, attempts=attempts)["flaky"]:
             out.append(t.params)
         seen.add(key)
     return out
