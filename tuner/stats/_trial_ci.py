@@ -270,18 +270,18 @@ def trial_ci(rates: Sequence[float], seconds: Sequence[float] | None = None, *,
 def warmup_start(rates: np.ndarray, seconds: np.ndarray, noise: NoiseModel | None) -> int:
     """Leading steps to drop as leaked warm-up: MSER's truncation point, kept only when those
     steps are slower than the rest by more than the noise explains. Under the study's pooled
-    noise model the cut is simulated (tuner.stats' warmup_threshold: about 1% of runs without
-    warm-up lose steps); before it exists (the pooling's own first pass), 3 of the rest's
-    sds / sqrt(d), one-sided."""
+    noise model that is a scan test simulated under it (tuner.stats' ``leaked``: about 1% of
+    runs without warm-up lose steps); before it exists (the pooling's own first pass), 3 of
+    the rest's sds / sqrt(d), one-sided."""
     d = mser_start(rates)
     if d == 0 or len(rates) - d < _MIN_STEPS:
         return 0
     rest = ratio_of_sums(rates[d:], seconds[d:])
     head = ratio_of_sums(rates[:d], seconds[:d])
     if noise is not None and noise.rel_var > 0:
-        from tuner.stats._warmup import warmup_threshold
+        from tuner.stats._warmup import leaked
 
-        return d if (rest - head) / rest > warmup_threshold(len(rates), noise.phi, math.sqrt(noise.rel_var), d) else 0
+        return d if leaked(rates, seconds, noise.phi, math.sqrt(noise.rel_var)) else 0
     sd = float(np.std(rates[d:] / rest, ddof=1))
     return d if (rest - head) / rest > 3 * sd / math.sqrt(d) else 0
 

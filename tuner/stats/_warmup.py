@@ -1,23 +1,24 @@
-"""The warm-up test's threshold, simulated under the study's own noise model.
+"""The warm-up test, calibrated by simulation under the study's own noise model.
 
 MSER (tuner.stats' ``mser_start``) picks the start d that minimises the rest's marginal
-standard error. On a run with no warm-up it still picks some d > 0 in many runs, and it picks
-the d whose leading steps happen to read slowest: a fixed "3 noise sds / sqrt(d)" cut ignores
-both that selection and the steps' autocorrelation (with phi 0.5, 3-5% of plain runs lost
-leading steps and read 1-5% high; docs/statistics.md, section 6).
+standard error. On a run with no warm-up it still picks some d > 0 in many runs, the d whose
+leading steps happen to read slowest, and the steps are autocorrelated: a fixed "3 noise sds /
+sqrt(d)" cut ignores both (with phi 0.5, 3-5% of plain runs lost leading steps and read 1-5%
+high; docs/statistics.md, section 6).
 
-Here the cut is the 99th percentile, among simulated runs without warm-up in which MSER chose
-that same d, of the leading steps' relative shortfall ``(rest - head) / rest`` (tokens over
-time of the rest and of the head). The runs are AR(1) with the study's pooled phi and
-marginal sd (tuner.stats' NoiseModel), of the run's length; ``N_SIM`` of them, seeded, so the
-cut is reproducible. A d that MSER chose in fewer than ``MIN_PER_D`` simulated runs takes the
-99th percentile over every d > 0. So a run with no warm-up loses leading steps in about 1% of
-cases whatever the study's noise, and a leak larger than the noise explains is still dropped.
+The test here is a scan over the run's possible heads: for every d' up to half the steps, the
+shortfall of the first d' steps against the rest, ``(rest - head) / rest`` (tokens over
+time of each), over its sd among runs without warm-up; the statistic is the largest of these.
+Its 99th percentile among ``N_SIM`` simulated runs without warm-up (AR(1) with the study's
+pooled phi and marginal sd, the run's length, seeded: reproducible) is the cut. When the
+statistic exceeds it, MSER's d steps are dropped. So about 1% of runs without warm-up lose
+steps whatever the study's noise, and a leak is found whichever head shows it: a test of
+MSER's own d alone missed leaks that MSER's d diluted with ordinary steps.
 
 Example:
-    >>> cut = warmup_threshold(8, 0.5, 0.05, 2)
-    >>> 0.05 < cut < 0.3
-    True
+    >>> sd, cut = scan_null(8, 0.5, 0.05)
+    >>> len(sd), bool(2.0 < cut < 5.0)
+    (4, True)
 """
 
 from __future__ import annotations
@@ -26,56 +27,50 @@ import functools
 
 import numpy as np
 
-__all__ = ["warmup_threshold", "N_SIM", "LEVEL", "MIN_PER_D"]
+__all__ = ["leaked", "scan_null", "N_SIM", "LEVEL"]
 
 N_SIM = 4000
 LEVEL = 0.99
-MIN_PER_D = 100
 _MAX_FRAC = 0.5
 
 
-def _mser_starts(x: np.ndarray) -> np.ndarray:
-    """MSER's d for each row of ``x`` (the same rule as tuner.stats' mser_start, vectorised)."""
-    n = x.shape[1]
-    best = np.full(len(x), np.inf)
-    out = np.zeros(len(x), dtype=int)
-    for d in range(0, max(1, int(n * _MAX_FRAC)) + 1):
-        rest = x[:, d:]
-        if rest.shape[1] < 2:
-            break
-        score = ((rest - rest.mean(axis=1, keepdims=True)) ** 2).sum(axis=1) / rest.shape[1] ** 2
-        better = score < best - 1e-15
-        best = np.where(better, score, best)
-        out = np.where(better, d, out)
-    return out
+def _shortfalls(rates: np.ndarray, seconds: np.ndarray, most: int) -> np.ndarray:
+    """(runs x most) shortfall of the first d' steps (d' = 1..most) against the rest, in tokens
+    over time (sum of rate x seconds over sum of seconds)."""
+    tokens = np.cumsum(rates * seconds, axis=1)
+    secs = np.cumsum(seconds, axis=1)
+    d = np.arange(1, most + 1)
+    head = tokens[:, d - 1] / secs[:, d - 1]
+    rest = (tokens[:, -1:] - tokens[:, d - 1]) / (secs[:, -1:] - secs[:, d - 1])
+    return (rest - head) / rest
 
 
 @functools.lru_cache(maxsize=256)
-def _cuts(n: int, phi: float, sd: float) -> tuple[dict[int, float], float]:
+def scan_null(n: int, phi: float, sd: float) -> tuple[np.ndarray, float]:
+    """(each head's shortfall sd, the 99th percentile of the scan statistic) among simulated
+    n-step runs without warm-up (the module doc)."""
     rng = np.random.default_rng(20261126)
     e = np.empty((N_SIM, n))
     e[:, 0] = rng.normal(0.0, 1.0, N_SIM)
     innov = rng.normal(0.0, np.sqrt(max(1e-12, 1 - phi * phi)), (N_SIM, n))
     for i in range(1, n):
         e[:, i] = phi * e[:, i - 1] + innov[:, i]
-    rates = np.maximum(1.0 + sd * e, 1e-3)       # relative step rates about 1
-    d = _mser_starts(rates)
-    inv = 1.0 / rates                           # seconds per unit of tokens: tokens over time is harmonic
-    csum = np.cumsum(inv, axis=1)
-    rows = np.arange(N_SIM)
-    safe = np.maximum(d, 1)
-    head = safe / csum[rows, safe - 1]
-    rest = (n - safe) / (csum[:, -1] - csum[rows, safe - 1])
-    short = (rest - head) / rest
-    picked = d > 0
-    overall = float(np.quantile(short[picked], LEVEL)) if picked.sum() >= MIN_PER_D else float("inf")
-    cuts = {int(k): float(np.quantile(short[d == k], LEVEL)) for k in np.unique(d[picked])
-            if (d == k).sum() >= MIN_PER_D}
-    return cuts, overall
+    rates = np.maximum(1.0 + sd * e, 1e-3)   # relative step rates about 1; each step carries equal tokens
+    short = _shortfalls(rates, 1.0 / rates, _most(n))
+    spread = np.maximum(short.std(axis=0), 1e-12)
+    return spread, float(np.quantile((short / spread).max(axis=1), LEVEL))
 
 
-def warmup_threshold(n: int, phi: float, sd: float, d: int) -> float:
-    """The shortfall ``(rest - head) / rest`` the first ``d`` of ``n`` steps must exceed to be
-    dropped as warm-up, under AR(1) noise (phi, marginal relative sd) (the module doc)."""
-    cuts, overall = _cuts(int(n), round(float(phi), 3), round(float(sd), 4))
-    return cuts.get(int(d), overall)
+def _most(n: int) -> int:
+    return max(1, min(int(n * _MAX_FRAC), n - 2))
+
+
+def leaked(rates: np.ndarray, seconds: np.ndarray, phi: float, sd: float) -> bool:
+    """Whether the run's leading steps are slower than AR(1) noise (phi, marginal relative sd)
+    explains (the scan test of the module doc)."""
+    n = len(rates)
+    if n < 4:
+        return False
+    spread, cut = scan_null(int(n), round(float(phi), 3), round(float(sd), 4))
+    short = _shortfalls(np.asarray(rates, float)[None, :], np.asarray(seconds, float)[None, :], _most(n))[0]
+    return bool((short / spread).max() > cut)
