@@ -73,17 +73,54 @@ def test_enqueued_baseline_keeps_its_params():
     assert all(params[k] == v for k, v in spec.baseline.items() if k in params)
 
 
-def test_certain_failures_and_pruned_nccl_settings_are_avoided():
+def test_a_setting_helper_rules_out_is_tried_once_and_screening_settles_it():
+    """NVLS on A100 (no NVSwitch multicast), and the other settings helper says NCCL never runs.
+    The sampler may
+    still propose it (the rule may be wrong about a cluster; a twin's prediction stands in),
+    at a quarter of the weight; screening, with no preflight to ask, prunes it at 0 GPU-s, and
+    the pruned setting is never proposed again."""
+    from tuner.search import nccl_problem, screen
+    from tuner.storage import end_unrun
+
     spec = _spec("studies/sim-llama1b-a100x16.toml")
     sampler = ModelGuidedSampler(spec)
     study = optuna.create_study(direction="maximize", sampler=sampler)
-    for _ in range(5):
+    pruned_pairs = []
+    for _ in range(30):
         t = study.ask()
         p = complete_params(suggest_params(t, spec), spec)
-        assert p["nccl_algo"] != "NVLS"  # A100 has no NVSwitch multicast: never proposed
+        pair = (p["nccl_algo"], p["nccl_proto"])
+        assert pair not in pruned_pairs, f"{pair} proposed again after screening pruned it"
+        verdict = screen(study, spec, p)
+        if verdict is not None:
+            assert verdict.rule == "nccl" and nccl_problem(spec, *pair)[1]   # a rule for every NCCL version
+            end_unrun(study, t, "pruned", verdict.reason)
+            pruned_pairs.append(pair)
+            continue
+        assert nccl_problem(spec, *pair) is None or not nccl_problem(spec, *pair)[1]
         t.set_user_attr("status", "ok")
         study.tell(t, 10000.0)
-    assert all(t.state == TrialState.COMPLETE for t in study.get_trials())
+    certain = {p for p in {(a, b) for a in spec.knob("nccl_algo").choices for b in spec.knob("nccl_proto").choices}
+               if (nccl_problem(spec, *p) or (None, False))[1]}
+    assert 1 <= sum(t.state == TrialState.PRUNED for t in study.get_trials()) == len(pruned_pairs) <= len(certain)
+
+
+def test_a_cluster_whose_preflight_runs_what_helper_rules_out_gets_it_launched():
+    """The same setting on a cluster whose NCCL preflight passes it: screening lets it through,
+    as it would a version-dependent rule, and records the answer."""
+    from tuner.search import screen
+
+    class Cluster:
+        def preflight_nccl(self, spec, nccl_algo, nccl_proto):
+            return None   # it runs
+
+    spec = _spec("studies/sim-llama1b-a100x16.toml")
+    study = optuna.create_study(direction="maximize")
+    params = complete_params({"nccl_algo": "NVLS", "nccl_proto": "Simple"}, spec)
+    assert screen(study, spec, params) is not None                       # no preflight: helper's rule stands
+    assert screen(study, spec, params, launcher=Cluster()) is None or \
+        screen(study, spec, params, launcher=Cluster()).rule == "memory"
+    assert study.user_attrs["nccl_preflight"]["NVLS|Simple"] == "ok"
 
 
 # ------------------------------------------------------------------ reuse-aware picks (issue 15)

@@ -25,6 +25,19 @@ def test_the_accessors_reach_the_rdb_storage_and_the_trial_id(tmp_path):
     assert trial_id(study.trials[0]) == trial_id(trial)
 
 
+def test_write_trial_stores_in_one_go_and_the_trial_sees_its_attrs(tmp_path):
+    from tuner.storage import write_trial
+
+    for storage in (open_storage(f"sqlite:///{tmp_path}/t.db"), None):   # tuner's RDB storage, and in memory
+        study = optuna.create_study(storage=storage)
+        trial = study.ask()
+        write_trial(study, trial, steps=[(0, 1.5)], user_attrs={"reserved_gpu_seconds": 30.0, "launcher": "sim"})
+        stored = study_storage(study).get_trial(trial_id(trial))
+        assert stored.user_attrs == {"reserved_gpu_seconds": 30.0, "launcher": "sim"}
+        assert stored.intermediate_values == {0: 1.5}
+        assert trial.user_attrs == stored.user_attrs   # as set_user_attr would leave it
+
+
 def test_no_module_outside_optuna_internals_reaches_optuna_privates():
     pattern = r"(?<!self)(?<!tuner\.storage)\._(storage|trial_id|backend|study_id|cached_trial_ids)\b"   # another object's
     found = subprocess.run(["grep", "-rnP", pattern, "--include=*.py", "tuner", "bench", "objectives", "helper"],

@@ -50,9 +50,12 @@ class ModelGrid:
             pair = (str(f.get("nccl_algo", "default")), str(f.get("nccl_proto", "default")))
             if pair not in nccl:
                 nccl[pair] = nccl_problem(spec, *pair)
-        self.nccl = [nccl[(str(f.get("nccl_algo", "default")), str(f.get("nccl_proto", "default")))]
-                     for f in self.full]
+        self.nccl_pairs = [(str(f.get("nccl_algo", "default")), str(f.get("nccl_proto", "default"))) for f in self.full]
+        self.nccl = [nccl[pair] for pair in self.nccl_pairs]
         self.index = {self.key(c): i for i, c in enumerate(self.configs)}
+        self.nccl_twin = self._nccl_twins(nccl)
+        """For a config helper's NCCL rules say cannot run at all, the same config with the first
+        NCCL setting that runs (its prediction stands in until the cluster says), else -1."""
         self.levels = np.array([knobs.RECONFIGURE.index(knobs.KNOBS[n].reconfigure) if n in knobs.KNOBS else 0
                                 for n in self.names])  # what a change of each knob needs of a worker
         self.memory_traits = (np.array([int(f["micro_batch"]) for f in self.full]),
@@ -68,6 +71,23 @@ class ModelGrid:
         """Each config's memory region (tuner.search.memory_region), as an index."""
         self._plans: dict[Any, Any] = {}
         self._plan_of: dict[tuple[int, float], tuple[Any, float] | None] = {}
+
+    def _nccl_twins(self, nccl: dict[tuple[str, str], Any]) -> np.ndarray:
+        out = np.full(len(self.configs), -1)
+        if "nccl_algo" not in self.names and "nccl_proto" not in self.names:
+            return out
+        runs = [pair for pair, problem in nccl.items() if problem is None]
+        for i, (c, p) in enumerate(zip(self.configs, self.nccl)):
+            if p is None or not p[1] or not runs:
+                continue
+            for algo, proto in runs:
+                twin = {**c, **({"nccl_algo": algo} if "nccl_algo" in c else {}),
+                        **({"nccl_proto": proto} if "nccl_proto" in c else {})}
+                j = self.index.get(self.key(twin))
+                if j is not None and self.nccl[j] is None:
+                    out[i] = j
+                    break
+        return out
 
     def _code(self, i: int, value: Any) -> int:
         if value is None:

@@ -69,5 +69,14 @@ class GridModel:
         self.refits += 1
 
     def predict(self, idx: np.ndarray) -> np.ndarray:
-        """Tokens/s/GPU of grid configs ``idx`` under the last refit (0 where NCCL cannot run them)."""
-        return predict(self._grid, idx, self._constants, self._mean_tokens, self._known)
+        """Tokens/s/GPU of grid configs ``idx`` under the last refit. Where helper's NCCL rules say
+        a config cannot run at all, its twin's with a setting that runs (ModelGrid.nccl_twin)
+        stands in: the rule may be wrong about the cluster, and the measurements say so; 0 where
+        there is no twin."""
+        idx = np.asarray(idx, dtype=int)
+        out = predict(self._grid, idx, self._constants, self._mean_tokens, self._known)
+        twin = self._grid.nccl_twin[idx] if len(idx) else np.zeros(0, dtype=int)
+        stand_in = (out == 0) & (twin >= 0)
+        if stand_in.any():
+            out[stand_in] = predict(self._grid, twin[stand_in], self._constants, self._mean_tokens, self._known)
+        return out

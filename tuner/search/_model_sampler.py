@@ -171,9 +171,11 @@ class ModelGuidedSampler(BaseSampler):
             self._model = GridModel(spec, grid)
         self._model.update(ok, mean_tokens)  # a refit only when the trials it reads have changed
         ok_numbers = {t.number for t in ok}
-        alive = np.array([not (p is not None and p[1]) for p in grid.nccl])  # certain NCCL failures out
+        # a config helper says NCCL cannot run stays in where its twin's prediction can stand in
+        # (tuner.search's GridModel): the cluster's preflight or a trial settles it, not the rule
+        alive = np.array([p is None or not p[1] or twin >= 0 for p, twin in zip(grid.nccl, grid.nccl_twin)])
         obs_idx, obs_y, pending, launched = [], [], [], []
-        bad_nccl = set()
+        bad_nccl, good_nccl = set(), set()
         for t in trials:
             if t.number == exclude_number:
                 continue
@@ -191,13 +193,14 @@ class ModelGuidedSampler(BaseSampler):
                 if t.state == TrialState.COMPLETE:
                     launched.append(i)
                 if t.number in ok_numbers:
+                    good_nccl.add(grid.nccl_pairs[i])
                     obs_idx.append(i)
                     obs_y.append(math.log(t.value))
         for i in pending:
             alive[i] = False
         if bad_nccl:
-            for i, f in enumerate(grid.full):
-                if (str(f.get("nccl_algo")), str(f.get("nccl_proto"))) in bad_nccl and grid.nccl[i] is not None:
+            for i, pair in enumerate(grid.nccl_pairs):
+                if pair in bad_nccl and grid.nccl[i] is not None:
                     alive[i] = False
 
         # memory: the measured/predicted peak ratios (per memory region where it has them: the
@@ -231,7 +234,10 @@ class ModelGuidedSampler(BaseSampler):
             lr_sd = max(0.05, float(np.std(own)) * 1.5) if len(own) >= 2 else 0.10
             at = regions == r
             p_fit[at] = surrogate.prob_fits(grid.mem_gb[at], capacity, lr_mean, lr_sd)
-        p_nccl = np.array([0.5 if (p is not None and not p[1]) else 1.0 for p in grid.nccl])
+        # P(NCCL runs it): helper's doubt, 0.5 where a version-dependent rule may fail it and 0.25
+        # where a rule says it never runs; 1 once a trial with that setting measured
+        p_nccl = np.array([1.0 if p is None or pair in good_nccl else (0.25 if p[1] else 0.5)
+                           for p, pair in zip(grid.nccl, grid.nccl_pairs)])
 
         if fixed is not None:  # an enqueued trial (the baseline): say what the model expected
             i = grid.index.get(grid.key_of_trial(fixed))

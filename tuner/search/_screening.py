@@ -189,15 +189,17 @@ def screen(study: optuna.Study, spec: StudySpec, params: dict[str, Any], *, laun
             t.state == TrialState.COMPLETE and t.user_attrs.get("status") == "ok" and _same_nccl(t, params, spec)
             for t in trials):
         message, certain = problem
-        if certain:
-            return Verdict(rule="nccl", reason=f"NCCL cannot run this ({message})")
         checks = dict(study.user_attrs.get(_PREFLIGHT_ATTR) or {})
         key = f"{algo}|{proto}"
         if key not in checks and launcher is not None and hasattr(launcher, "preflight_nccl"):
+            # the cluster settles it, helper's rule or not: a rule "every NCCL version" keeps
+            # may still be wrong about this cluster's NCCL, and the preflight costs seconds
             checks[key] = launcher.preflight_nccl(spec, algo, proto) or "ok"
             study.set_user_attr(_PREFLIGHT_ATTR, checks)
         if checks.get(key, "ok") != "ok":
             return Verdict(rule="nccl", reason=f"this cluster's NCCL preflight failed ({checks[key]})")
+        if certain and key not in checks:   # no preflight to ask: helper's rule stands
+            return Verdict(rule="nccl", reason=f"NCCL cannot run this ({message})")
         failed = next((t.number for t in trials if t.state == TrialState.COMPLETE
                        and t.user_attrs.get("status") == "error" and _same_nccl(t, params, spec)), None)
         if failed is not None:

@@ -52,11 +52,13 @@ def write_trial(study: optuna.Study, trial: optuna.Trial | FrozenTrial, *, steps
     storage = rdb_storage(study)
     if hasattr(storage, "record"):
         storage.record(trial_id(trial), steps=steps, user_attrs=user_attrs)
-        return
-    for step, value in steps:
-        study_storage(study).set_trial_intermediate_value(trial_id(trial), step, value)
-    for key, value in (user_attrs or {}).items():
-        study_storage(study).set_trial_user_attr(trial_id(trial), key, value)
+    else:
+        for step, value in steps:
+            study_storage(study).set_trial_intermediate_value(trial_id(trial), step, value)
+        for key, value in (user_attrs or {}).items():
+            study_storage(study).set_trial_user_attr(trial_id(trial), key, value)
+    if isinstance(trial, optuna.Trial) and user_attrs:   # the trial's own copy, as set_user_attr keeps it
+        trial._cached_frozen_trial.user_attrs.update(user_attrs)  # noqa: SLF001
 
 
 def set_finished_trial_user_attrs(study: optuna.Study, trial: FrozenTrial, attrs: dict[str, Any]) -> bool:

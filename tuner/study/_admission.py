@@ -26,7 +26,7 @@ from tuner.budget import ledger_from_trials
 from tuner.launch import Launcher
 from tuner.search import is_deliberate, screen, screen_repeat, suggest_params
 from tuner.spec import StudySpec, complete_params
-from tuner.storage import admission_lock, end_unrun, rdb_storage, study_storage, trial_id
+from tuner.storage import admission_lock, end_unrun, rdb_storage, study_storage, trial_id, write_trial
 from tuner.storage import fail_stale_trials as storage_fail_stale
 from tuner.study._ablation import ablation_plan, apply_ablation_plan
 from tuner.study._lifecycle import enqueue_lost_retries, retry_once
@@ -125,9 +125,10 @@ def admit(study: optuna.Study, raw_storage: Any, spec: StudySpec, limits: tuple[
                 _release(study, trial)
                 asked.clear()
                 return None
-            trial.set_user_attr("reserved_gpu_seconds", float(cap))
-            trial.set_user_attr("estimated_gpu_seconds", float(admission.estimate_gpu_seconds))
-            trial.set_user_attr("launcher", spec.cluster.launcher)
+            # one transaction for the three (three commits before, each under the lock)
+            write_trial(study, trial, user_attrs={"reserved_gpu_seconds": float(cap),
+                                                  "estimated_gpu_seconds": float(admission.estimate_gpu_seconds),
+                                                  "launcher": spec.cluster.launcher})
         asked.clear()
         return trial, params, cap, admission.cap_basis_gpu_seconds
 
