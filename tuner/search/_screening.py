@@ -3,13 +3,16 @@
 Two rules, each with the evidence that can overrule it (a wrong prune must be recoverable):
 
 - **NCCL**: a forced ``NCCL_ALGO``/``NCCL_PROTO`` that a collective FSDP needs lacks
-  (helper.collectives.choose_collective raises UnsupportedCollective). Rules that hold on
-  every NCCL version (NVLS off an NVSwitch GPU, NVLS/PAT with LL or LL128, PAT with several
-  GPUs per node, LL128 off Ampere/Hopper) prune at once. Rules that depend on the version
-  (Tree for all-gather/reduce-scatter fails on recent NCCL but older ones fall back to Ring;
-  NVLS for an fp32 reduce-scatter, nccl#1670) are checked once per cluster by the launcher's
-  ``preflight_nccl`` (a collective test of seconds, stored in the study's user attrs) and
-  only pruned when it fails. A launched trial with the same setting that ran ok overrules any
+  (helper.collectives.choose_collective raises UnsupportedCollective). Every such setting is
+  checked once per cluster by the launcher's ``preflight_nccl`` where it has one (a
+  collective test of seconds, stored in the study's user attrs) and pruned only when it
+  fails: rules said to hold on every NCCL version (NVLS off an NVSwitch GPU, NVLS/PAT with LL
+  or LL128, PAT with several GPUs per node, LL128 off Ampere/Hopper) as much as the
+  version-dependent ones (Tree for all-gather/reduce-scatter fails on recent NCCL but older
+  ones fall back to Ring; NVLS for an fp32 reduce-scatter, nccl#1670): a rule is helper's
+  belief about the cluster, and the cluster answers. Without a preflight, the every-version
+  rules prune at once (the model-guided sampler tries each such setting once: tuner.search)
+  and the others launch. A launched trial with the same setting that ran ok overrules any
   NCCL prune.
 - **Memory**: ``helper.estimate_memory`` x a margin learned from this study. ``ratio_low``
   is 0.95 x the smallest measured/predicted peak among ok trials (1 / 1.10 before any); a

@@ -62,10 +62,6 @@ def _series(trials: Sequence[Any], cis: dict[int, dict[str, Any]]) -> list[np.nd
             for t in _kept(trials, cis)]
 
 
-def _numbers(trials: Sequence[Any], cis: dict[int, dict[str, Any]]) -> list[int]:
-    return [t.number for t in _kept(trials, cis)]
-
-
 def _kept(trials: Sequence[Any], cis: dict[int, dict[str, Any]]) -> list[Any]:
     """The ok runs the checks read: at least _MIN_STEPS positive steps after warm-up."""
     out = []
