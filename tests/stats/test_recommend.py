@@ -172,3 +172,20 @@ def test_what_matters_takes_both_channels_and_says_when_neither_has_power():
     quiet = {"knobs": [dict(e, significant=False) for e in ablation["knobs"]]}
     assert what_matters(none, quiet) == []
     assert "Neither channel" in what_matters_power(none, quiet, {"n_trials": 60, "oob_r2": 0.1})
+
+
+def test_reverts_are_measured_against_the_rounds_best_when_its_first_re_measurement_failed():
+    """The round runs best, baseline, ..., best again: with the best's first run out of memory,
+    the first re-measurement that ran ok is the baseline's, and every revert measured against
+    it read as a large effect (a knob without any effect listed in What matters)."""
+    from bench.stats_study import build
+
+    record = build("ar1", 2).record   # built as the coordinator builds a study: its runs are labelled
+    best = next(t for t in record.trials if t.remeasure == "best")
+    assert any(t.remeasure == "best" and t.number != best.number and t.params == best.params
+               for t in record.trials)   # the round re-measures its best twice
+    trials = tuple(dataclasses.replace(t, status="oom", steps=(), step_seconds=(), value=0.0)
+                   if t.number == best.number else t for t in record.trials)
+    ablation = analyze_record(StudyRecord(name="x", trials=trials, attrs=record.attrs), n_boot=0)["ablation"]
+    ref = next(t for t in trials if t.number == ablation["best_remeasured"]["trial"])
+    assert ref.params == best.params and ref.number != best.number

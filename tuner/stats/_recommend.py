@@ -186,8 +186,12 @@ def ablation_effects(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float,
     reverts = [t for t in abl if t.ablation_knob is not None]
     if not reverts:
         return None
-    ref_params = next((t.params for t in abl if t.ablation_knob is None and t.status == "ok" and t.number in cis),
-                      None)
+    # the reverts are measured against the round's best (its re-measurements, `remeasure` =
+    # `best`): not against whichever re-measurement ran ok first (the baseline, when the best
+    # failed its first run, and every revert then read as a large effect)
+    labelled = any(t.remeasure for t in abl if t.ablation_knob is None)
+    ref_params = next((t.params for t in abl if t.ablation_knob is None and t.status == "ok" and t.number in cis
+                       and (t.remeasure == "best" or not labelled)), None)
     ref_runs = [t for t in abl if _is_remeasure(t) and ref_params is not None
                 and config_key(t.params) == config_key(ref_params) and t.number in cis]
     ref = config_estimate([cis[t.number] for t in ref_runs], tau2=tau2, tau_df=tau_df,
