@@ -356,7 +356,8 @@ class Chaos:
                     found.append(int(path.split("/")[2]))
         return found
 
-    def inject(self, fault: Fault, undo: list) -> None:
+    def inject(self, fault: Fault, undo: list) -> bool | None:
+        """Apply ``fault`` now (its undo queued in ``undo``); False when it must wait for a target."""
         now = time.monotonic()
         if fault.kind == "kill_coordinator":
             c = self._pick(fault.target)
@@ -375,8 +376,8 @@ class Chaos:
             undo.append((now + fault.length_s, self.server.start))
         elif fault.kind == "freeze":
             c = self._pick(fault.target)
-            if c is None:
-                return
+            if c is None:   # none live (an outage): freeze one once there is one, not never
+                return False
             os.kill(c.proc.pid, signal.SIGSTOP)
             self.frozen.append((c.proc.pid, time.time(), time.time() + fault.length_s + 1.0))
             undo.append((now + fault.length_s, lambda pid=c.proc.pid: _signal(pid, signal.SIGCONT)))
@@ -440,12 +441,17 @@ class Chaos:
                 undo.remove(item)
                 item[1]()
             while pending and pending[0].at_s <= now - t0:
-                self.inject(pending.pop(0), undo)
+                fault = pending.pop(0)
+                if self.inject(fault, undo) is False:   # tried again 5 s later, in the schedule's order
+                    pending.append(dataclasses.replace(fault, at_s=now - t0 + 5.0))
+                    pending.sort(key=lambda f: f.at_s)
+                    break
             self.supervise(restart=now - t0 < a.duration_s)
             if not self._live() and all(c.proc.returncode == 0 for c in self.coordinators):
                 break  # the budget is spent: no fault can land any more
             time.sleep(0.2)
-        for _, fn in sorted(undo, key=lambda u: u[0]):  # the schedule is over: undo what is still on
+        for at, fn in sorted(undo, key=lambda u: u[0]):  # the schedule is over: each fault runs its length
+            time.sleep(max(0.0, at - time.monotonic()))
             fn()
         self.supervise(restart=True)  # a last restart for the coordinators killed at the end
         deadline = time.monotonic() + a.drain_s
