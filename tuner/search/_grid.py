@@ -74,11 +74,11 @@ class ModelGrid:
 
     def _nccl_twins(self, nccl: dict[tuple[str, str], Any]) -> np.ndarray:
         out = np.full(len(self.configs), -1)
-        if "nccl_algo" not in self.names and "nccl_proto" not in self.names:
-            return out
         runs = [pair for pair, problem in nccl.items() if problem is None]
+        if not runs or ("nccl_algo" not in self.names and "nccl_proto" not in self.names):
+            return out
         for i, (c, p) in enumerate(zip(self.configs, self.nccl)):
-            if p is None or not p[1] or not runs:
+            if p is None or not p[1]:
                 continue
             for algo, proto in runs:
                 twin = {**c, **({"nccl_algo": algo} if "nccl_algo" in c else {}),

@@ -58,19 +58,14 @@ _MIN_STEPS = 4
 
 
 def _series(trials: Sequence[Any], cis: dict[int, dict[str, Any]]) -> list[np.ndarray]:
-    return [np.log(np.asarray(t.steps[int(cis[t.number].get("warmup_steps_dropped") or 0):], float))
-            for t in _kept(trials, cis)]
-
-
-def _kept(trials: Sequence[Any], cis: dict[int, dict[str, Any]]) -> list[Any]:
-    """The ok runs the checks read: at least _MIN_STEPS positive steps after warm-up."""
     out = []
     for t in trials:
         if t.status != "ok" or t.number not in cis or len(t.steps) < _MIN_STEPS:
             continue
-        r = np.asarray(t.steps[int(cis[t.number].get("warmup_steps_dropped") or 0):], float)
+        d = int(cis[t.number].get("warmup_steps_dropped") or 0)
+        r = np.asarray(t.steps[d:], float)
         if len(r) >= _MIN_STEPS and np.all(r > 0):
-            out.append(t)
+            out.append(np.log(r))
     return out
 
 

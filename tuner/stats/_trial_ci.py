@@ -38,6 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from tuner.stats._warmup import leaked
+
 __all__ = ["TrialCI", "NoiseModel", "ratio_of_sums", "mser_start", "pooled_noise", "trial_ci", "trial_cis",
            "study_trial_cis", "REL_SE_FLOOR"]
 
@@ -276,12 +278,10 @@ def warmup_start(rates: np.ndarray, seconds: np.ndarray, noise: NoiseModel | Non
     d = mser_start(rates)
     if d == 0 or len(rates) - d < _MIN_STEPS:
         return 0
+    if noise is not None and noise.rel_var > 0:
+        return d if leaked(rates, seconds, noise.phi, math.sqrt(noise.rel_var)) else 0
     rest = ratio_of_sums(rates[d:], seconds[d:])
     head = ratio_of_sums(rates[:d], seconds[:d])
-    if noise is not None and noise.rel_var > 0:
-        from tuner.stats._warmup import leaked
-
-        return d if leaked(rates, seconds, noise.phi, math.sqrt(noise.rel_var)) else 0
     sd = float(np.std(rates[d:] / rest, ddof=1))
     return d if (rest - head) / rest > 3 * sd / math.sqrt(d) else 0
 
