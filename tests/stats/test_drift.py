@@ -5,9 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from tuner.stats import TrialRecord, trial_cis
-from tuner.stats._diagnostics import drift_check
-from tuner.stats._drift import drift_corrected, drift_fit
+from tuner.stats import TrialRecord, drift_check, drift_corrected, drift_fit, trial_cis
 
 
 def study(rng, *, amplitude, runs=60, steps=8, plateau=1000.0, sd=0.02):

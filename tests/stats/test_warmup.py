@@ -4,7 +4,7 @@ steps, and a real leak is still dropped."""
 import numpy as np
 
 from tuner.stats import TrialRecord, trial_cis
-from tuner.stats._warmup import scan_null
+from tuner.stats import warmup_scan_null as scan_null
 
 
 def runs(rng, n_runs, *, phi=0.5, sd=0.05, steps=8, leak=(1.0, 1.0)):

@@ -38,8 +38,10 @@ from tuner.stats._configs import (
     run_variance,
 )
 from tuner.stats._diagnostics import (
+    drift_check,
     noise_diagnostics,
 )
+from tuner.stats._drift import DriftFit, drift_corrected, drift_fit
 from tuner.stats._failures import (
     FLAKY_FAILURE_RATE,
     attempts_by_config,
@@ -89,6 +91,8 @@ from tuner.stats._trial_ci import (
     trial_ci,
     trial_cis,
 )
+from tuner.stats._warmup import leaked as warmup_leaked
+from tuner.stats._warmup import scan_null as warmup_scan_null
 
 __all__ = [
     "FLAKY_FAILURE_RATE",
@@ -101,6 +105,12 @@ __all__ = [
     "launch_variance",
     "neighbour_risk",
     "noise_diagnostics",
+    "drift_check",
+    "DriftFit",
+    "drift_fit",
+    "drift_corrected",
+    "warmup_leaked",
+    "warmup_scan_null",
     "run_variance",
     "what_matters",
     "what_matters_power",
