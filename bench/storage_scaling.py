@@ -87,10 +87,10 @@ def _time_admission_lock(taken: list[tuple[float, float]]) -> None:
     @contextlib.contextmanager
     def timed(storage, name):
         t0 = time.perf_counter()
-        with real(storage, name):
+        with real(storage, name) as held:
             t1 = time.perf_counter()
             try:
-                yield
+                yield held
             finally:
                 taken.append((t1 - t0, time.perf_counter() - t1))
 

@@ -79,6 +79,28 @@ def test_study_record_budget_and_baseline(tmp_path, storage_url):
     assert attrs["simulated"] is False
 
 
+def test_a_plain_admission_takes_the_lock_only_to_reserve(tmp_path, storage_url, monkeypatch):
+    """Every coordinator of a study waits while one holds the admission lock: with no trial gone
+    stale and no retry owed, an admission takes it once, to reserve its trial's cap."""
+    import contextlib
+
+    import tuner.study._admission as admission
+
+    real, taken = admission.admission_lock, []
+
+    @contextlib.contextmanager
+    def counted(storage, name):
+        with real(storage, name) as held:
+            taken.append(name)
+            yield held
+
+    monkeypatch.setattr(admission, "admission_lock", counted)
+    spec = fast_spec(tmp_path)
+    summary = run_study(spec, options(storage_url, tmp_path, budget_gpu_seconds=95.0, ablation=False),
+                        launcher=FakeLauncher(spec))
+    assert summary.launched == 9 and len(taken) == 9
+
+
 def test_ctrl_c_then_resume(tmp_path, storage_url):
     spec = fast_spec(tmp_path)
     with pytest.raises(KeyboardInterrupt):

@@ -16,6 +16,7 @@ from tuner.budget._admission import (
 )
 from tuner.budget._ledger import (
     CAP_FACTOR,
+    LEDGER_ATTRS,
     Ledger,
     LedgerEntry,
     admits,
@@ -48,6 +49,7 @@ __all__ = [
     "CAP_FACTOR",
     "Cost",
     "DATA_LOADER_S",
+    "LEDGER_ATTRS",
     "Ledger",
     "LedgerEntry",
     "RECENT",

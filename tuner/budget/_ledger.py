@@ -24,7 +24,7 @@ from tuner.errors import BudgetError
 
 __all__ = [
     "parse_budget", "format_gpu_hours", "LedgerEntry", "Ledger", "ledger_from_trials",
-    "estimate_trial_cost", "admits", "trial_cap", "trial_cap_basis", "CAP_FACTOR", "charged_gpu_seconds",
+    "estimate_trial_cost", "admits", "trial_cap", "trial_cap_basis", "CAP_FACTOR", "charged_gpu_seconds", "LEDGER_ATTRS",
 ]
 
 _UNITS = {"gpuh": 3600.0, "gpum": 60.0, "gpus": 1.0}
@@ -113,6 +113,13 @@ class Ledger:
         """GPU-seconds of finished trials, in trial order (the basis of cost estimates)."""
         return [e.gpu_seconds for e in sorted(self.entries, key=lambda e: e.number)
                 if e.state == "COMPLETE" and e.gpu_seconds is not None]
+
+
+LEDGER_ATTRS = ("gpu_seconds", "reserved_gpu_seconds", "ran_gpu_seconds", "recovered_from", "status", "warm",
+                "worker_startup_gpu_seconds")
+"""The user attrs that :func:`ledger_from_trials`, ``costs_from_trials`` and ``cap_basis`` read:
+trials carrying only these (tuner.storage.ledger_view, the admission lock's one-query read) give
+them the same numbers as full trials."""
 
 
 def ledger_from_trials(trials: Iterable[Any], limit_gpu_seconds: float) -> Ledger:

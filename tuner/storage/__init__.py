@@ -10,13 +10,16 @@ Example:
 """
 
 from tuner.storage._optuna_internals import (
+    LedgerTrial,
     StudyView,
     fail_stale_trials,
+    ledger_view,
     missing_internals,
     rdb_storage,
     set_finished_trial_user_attrs,
     study_storage,
     trial_id,
+    upkeep_due,
     write_trial,
 )
 from tuner.storage._storage import (
@@ -42,6 +45,7 @@ __all__ = [
     "DEFAULT_STORAGE",
     "GRACE_PERIOD_S",
     "HEARTBEAT_INTERVAL_S",
+    "LedgerTrial",
     "MAX_OVERFLOW",
     "OUTAGE_S",
     "POOL_SIZE",
@@ -50,6 +54,7 @@ __all__ = [
     "admission_lock",
     "end_unrun",
     "fail_stale_trials",
+    "ledger_view",
     "missing_internals",
     "open_storage",
     "rdb_storage",
@@ -59,6 +64,7 @@ __all__ = [
     "set_finished_trial_user_attrs",
     "study_storage",
     "trial_id",
+    "upkeep_due",
     "write_trial",
     "with_retries",
 ]

@@ -14,7 +14,9 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import json
 import warnings
 from collections.abc import Callable, Container, Mapping, Sequence
 from typing import Any
@@ -25,7 +27,8 @@ from optuna.storages._rdb import models as _models
 from optuna.trial import FrozenTrial, TrialState
 
 __all__ = ["HeartbeatRDBStorage", "StudyView", "trial_id", "study_storage", "rdb_storage", "missing_internals",
-           "fail_stale_trials", "set_finished_trial_user_attrs", "write_trial"]
+           "fail_stale_trials", "set_finished_trial_user_attrs", "write_trial", "LedgerTrial", "ledger_view",
+           "upkeep_due"]
 
 
 def trial_id(trial: optuna.Trial | FrozenTrial) -> int:
@@ -45,12 +48,21 @@ def rdb_storage(study: optuna.Study) -> Any:
 
 
 def write_trial(study: optuna.Study, trial: optuna.Trial | FrozenTrial, *, steps: Sequence[tuple[int, float]] = (),
-                user_attrs: dict[str, Any] | None = None) -> None:
+                user_attrs: dict[str, Any] | None = None, conn: Any = None) -> None:
     """A running trial's intermediate values and user attrs: in one transaction on tuner's RDB
     storage (``HeartbeatRDBStorage.record``), else one by one through the study's storage (an
-    in-memory study of a bench or a test)."""
+    in-memory study of a bench or a test). ``conn``: the PostgreSQL admission lock's own
+    connection (tuner.storage.admission_lock): user attrs alone are then written on it in one
+    statement, with no second connection and no round trip beyond it, while the lock is held.
+
+    Raises:
+        optuna.exceptions.UpdateFinishedTrialError: the trial is finished (another process
+            found it stale); nothing of it is written.
+    """
     storage = rdb_storage(study)
-    if hasattr(storage, "record"):
+    if conn is not None and not steps and user_attrs and isinstance(storage, optuna.storages.RDBStorage):
+        _upsert_running_trial_attrs(conn, trial_id(trial), user_attrs)
+    elif hasattr(storage, "record"):
         storage.record(trial_id(trial), steps=steps, user_attrs=user_attrs)
     else:
         for step, value in steps:
@@ -59,6 +71,26 @@ def write_trial(study: optuna.Study, trial: optuna.Trial | FrozenTrial, *, steps
             study_storage(study).set_trial_user_attr(trial_id(trial), key, value)
     if isinstance(trial, optuna.Trial) and user_attrs:   # the trial's own copy, as set_user_attr keeps it
         trial._cached_frozen_trial.user_attrs.update(user_attrs)  # noqa: SLF001
+
+
+def _upsert_running_trial_attrs(conn: Any, trial_id_: int, attrs: Mapping[str, Any]) -> None:
+    """INSERT ... SELECT ... ON CONFLICT DO UPDATE: every attr in one PostgreSQL statement,
+    written only while the trial is RUNNING (the condition and the write are one statement, so
+    nothing finishes the trial between them). Plain SQL with bound values: the statement's text
+    depends only on the number of attrs, so it is compiled once."""
+    attr, trial = _models.TrialUserAttributeModel.__tablename__, _models.TrialModel.__tablename__
+    rows = ", ".join(f"(:k{i}, :v{i})" for i in range(len(attrs)))
+    statement = sqlalchemy.text(
+        f"INSERT INTO {attr} (trial_id, key, value_json) SELECT t.trial_id, v.key, v.value_json "
+        f"FROM {trial} AS t CROSS JOIN (VALUES {rows}) AS v (key, value_json) "
+        "WHERE t.trial_id = :trial_id AND t.state = :running "
+        "ON CONFLICT (trial_id, key) DO UPDATE SET value_json = EXCLUDED.value_json")
+    values: dict[str, Any] = {"trial_id": trial_id_, "running": TrialState.RUNNING.name}
+    for i, (key, value) in enumerate(attrs.items()):
+        values[f"k{i}"], values[f"v{i}"] = key, json.dumps(value)
+    if conn.execute(statement, values).rowcount != len(attrs):
+        raise optuna.exceptions.UpdateFinishedTrialError(
+            f"trial {trial_id_} is not RUNNING any more (another coordinator found it stale): its attrs were not written")
 
 
 def set_finished_trial_user_attrs(study: optuna.Study, trial: FrozenTrial, attrs: dict[str, Any]) -> bool:
@@ -205,6 +237,63 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
 def _scoped_session(storage: optuna.storages.RDBStorage) -> Any:
     from optuna.storages._rdb.storage import _create_scoped_session
     return _create_scoped_session(storage.scoped_session)
+
+
+@dataclasses.dataclass(frozen=True)
+class LedgerTrial:
+    """A trial as the budget arithmetic reads it (tuner.budget.ledger_from_trials, cap_basis):
+    its number, state and the user attrs it was asked for."""
+
+    number: int
+    state: TrialState
+    user_attrs: dict[str, Any]
+
+
+def ledger_view(study: optuna.Study, keys: Sequence[str], conn: Any = None) -> list[Any]:
+    """Every trial of the study with only the user attrs named by ``keys``, in trial order: on
+    an RDB storage one query (a full ``get_trials`` reads every param, value and attr in
+    several, under the admission lock that every coordinator waits on); on any other storage the
+    study's own trials. What the budget computes from either is the same. ``conn``: the
+    PostgreSQL admission lock's connection (tuner.storage.admission_lock) to read on."""
+    rdb = rdb_storage(study)
+    if not isinstance(rdb, optuna.storages.RDBStorage):
+        return study.get_trials(deepcopy=False)
+    trial, attr = _models.TrialModel.__table__, _models.TrialUserAttributeModel.__table__
+    query = (sqlalchemy.select(trial.c.number, trial.c.state, attr.c.key, attr.c.value_json)
+             .select_from(trial.outerjoin(attr, sqlalchemy.and_(attr.c.trial_id == trial.c.trial_id,
+                                                                 attr.c.key.in_(list(keys)))))
+             .where(trial.c.study_id == study._study_id))  # noqa: SLF001
+    if conn is not None:
+        rows = conn.execute(query).all()
+    else:
+        with _scoped_session(rdb) as session:
+            rows = session.execute(query).all()
+    out: dict[int, LedgerTrial] = {}
+    for number, state, key, value in rows:
+        row = out.setdefault(number, LedgerTrial(number, state, {}))
+        if key is not None:
+            row.user_attrs[key] = json.loads(value)
+    return [out[n] for n in sorted(out)]
+
+
+def upkeep_due(study: optuna.Study) -> bool:
+    """Whether :func:`fail_stale_trials` has anything to do: a RUNNING trial of the study with
+    no heartbeat (an orphan to beat) or one older than the grace period (server clock, as
+    Optuna judges it). Read-only, so a coordinator asks outside the admission lock and takes it
+    only when this is True."""
+    rdb = rdb_storage(study)
+    if not isinstance(rdb, HeartbeatRDBStorage) or rdb.heartbeat_interval is None:
+        return False
+    grace = datetime.timedelta(seconds=rdb.grace_period or 2 * rdb.heartbeat_interval)
+    trial, beat = _models.TrialModel, _models.TrialHeartbeatModel
+    with _scoped_session(rdb) as session:
+        rows = (session.query(trial.trial_id, beat.heartbeat)
+                .outerjoin(beat, beat.trial_id == trial.trial_id)
+                .filter(trial.study_id == study._study_id, trial.state == TrialState.RUNNING).all())  # noqa: SLF001
+        if not rows:
+            return False
+        now = session.execute(sqlalchemy.func.now()).scalar().replace(tzinfo=None)  # the server's clock
+    return any(when is None or now - when > grace for _, when in rows)
 
 
 def fail_stale_trials(study: optuna.Study, attrs: Mapping[str, Any]) -> list[FrozenTrial]:

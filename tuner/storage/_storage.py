@@ -241,13 +241,14 @@ _thread_locks: dict[str, threading.Lock] = {}
 
 
 @contextlib.contextmanager
-def _advisory_lock(engine: sqlalchemy.engine.Engine, key: int) -> Iterator[None]:
-    """A PostgreSQL session advisory lock (scoped to the database) held on its own connection."""
+def _advisory_lock(engine: sqlalchemy.engine.Engine, key: int) -> Iterator[sqlalchemy.engine.Connection]:
+    """A PostgreSQL session advisory lock (scoped to the database) held on its own connection,
+    which it yields (AUTOCOMMIT: each statement on it commits itself)."""
     with engine.connect() as conn:
         conn = conn.execution_options(isolation_level="AUTOCOMMIT")  # never idle in transaction
         conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": key})
         try:
-            yield
+            yield conn
         finally:
             try:
                 conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
@@ -268,14 +269,16 @@ def _file_lock(sqlite_url: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def admission_lock(storage: optuna.storages.BaseStorage, study_name: str) -> Iterator[None]:
+def admission_lock(storage: optuna.storages.BaseStorage, study_name: str) -> Iterator[Any]:
     """Serialise budget admission for one study across every process that shares the storage.
 
     Read-the-ledger-then-reserve is a race between coordinators; this lock makes it atomic:
     PostgreSQL: a session advisory lock keyed by the study name; MySQL: GET_LOCK; SQLite: an
     flock on a file beside the database; anything else (in-memory): a process-local lock.
     Hold it only around reads and writes of the study (one transaction's worth): every
-    coordinator of the study waits while one holds it.
+    coordinator of the study waits while one holds it. On PostgreSQL it yields the lock's own
+    connection (AUTOCOMMIT), so reads and writes made on it under the lock
+    (tuner.storage.ledger_view, write_trial) need no second connection; elsewhere None.
 
     Example:
         >>> storage = open_storage("sqlite:///:memory:", heartbeat=False)
@@ -285,8 +288,8 @@ def admission_lock(storage: optuna.storages.BaseStorage, study_name: str) -> Ite
     url = str(getattr(storage, "url", ""))
     key = zlib.crc32(study_name.encode())  # stable across processes and hosts
     if url.startswith(("postgresql", "postgres")):
-        with _advisory_lock(storage.engine, key):
-            yield
+        with _advisory_lock(storage.engine, key) as conn:
+            yield conn
     elif url.startswith("mysql"):
         with storage.engine.connect() as conn:
             conn.execute(sqlalchemy.text("SELECT GET_LOCK(:k, 600)"), {"k": f"tuner-{key}"})

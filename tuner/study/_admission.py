@@ -1,18 +1,19 @@
-"""Admission: read the ledger and decide under the study's lock; ask, screen and plan outside
-it; reserve under it again.
+"""Admission: read the ledger and decide; ask, screen and plan; reserve under the study's lock.
 
-The coordinator (tuner.study) calls :func:`admit` before each launch. Under the admission lock
-(tuner.storage.admission_lock), held only for reads and writes of the study, it fails stale
-trials, enqueues a retry a dead process lost, reads the ledger and asks the admission
-arithmetic (tuner.budget.next_admission) what to do. Outside the lock it does what takes time:
-the ablation's statistics when the round is due (tuner.study's ``ablation_plan``, applied under
-the lock only if no other coordinator planned it meanwhile), the sampler's refit inside
+The coordinator (tuner.study) calls :func:`admit` before each launch. It reads the study and
+asks the admission arithmetic (tuner.budget.next_admission) what to do. The admission lock
+(tuner.storage.admission_lock) is taken for the study's upkeep only when there is some to do (a
+trial gone stale or without a heartbeat, a retry a dead process owed but never queued, a trial
+this coordinator asked for and lost track of): every FAIL-and-retry is made under it, so no
+two coordinators fail, or retry, one trial. Outside the lock it does what takes time: the
+ablation's statistics when the round is due (tuner.study's ``ablation_plan``, applied under the
+lock only if no other coordinator planned it meanwhile), the sampler's refit inside
 ``study.ask()``, and the screening of the asked config: an exact repeat (tuner.search) or a
 known-bad config (tuner.search) is recorded unrun, at 0 GPU-s, and the loop decides again. The
 trial's GPU-second cap is then reserved in its user attrs under the lock, against the ledger
-read again, so coordinators sharing a study overspend by at most one trial.
+read again (one query: tuner.storage.ledger_view), so coordinators sharing a study overspend by
+at most one trial.
 """
-
 from __future__ import annotations
 
 import warnings
@@ -26,10 +27,19 @@ from tuner.budget import ledger_from_trials
 from tuner.launch import Launcher
 from tuner.search import is_deliberate, screen, screen_repeat, suggest_params
 from tuner.spec import StudySpec, complete_params
-from tuner.storage import admission_lock, end_unrun, rdb_storage, study_storage, trial_id, write_trial
+from tuner.storage import (
+    admission_lock,
+    end_unrun,
+    ledger_view,
+    rdb_storage,
+    study_storage,
+    trial_id,
+    upkeep_due,
+    write_trial,
+)
 from tuner.storage import fail_stale_trials as storage_fail_stale
 from tuner.study._ablation import ablation_plan, apply_ablation_plan
-from tuner.study._lifecycle import enqueue_lost_retries, retry_once
+from tuner.study._lifecycle import enqueue_lost_retries, owed_retries, retry_once
 from tuner.study._outcome import INTERRUPTED, LOST
 
 __all__ = ["admit", "finished", "last_run_params", "fail_stale_trials", "runoff_waits", "MAX_PRUNED_IN_A_ROW"]
@@ -55,37 +65,38 @@ def admit(study: optuna.Study, raw_storage: Any, spec: StudySpec, limits: tuple[
     first_estimate = spec.first_estimate_gpu_seconds
     proposals, fresh = 0, True
     while True:
-        with admission_lock(raw_storage, study.study_name):
-            if fresh:
+        trials = study.get_trials(deepcopy=False)
+        # the study's upkeep under the lock, only when there is some: two coordinators never both
+        # fail (and retry) one dead trial (SQLite has no row locks), and a retry is enqueued
+        # before the ledger is read
+        if fresh and (asked or owed_retries(trials) or upkeep_due(study)):
+            with admission_lock(raw_storage, study.study_name):
                 while asked:
                     abandon_admission(study, asked[0])
                     asked.pop(0)
-                # under the lock: two coordinators never both fail (and retry) one dead trial (SQLite
-                # has no row locks), and a retry is enqueued before the ledger is read
                 fail_stale_trials(study)
-            if proposals >= MAX_PRUNED_IN_A_ROW and not study.user_attrs.get("search_exhausted"):
-                # the sampler proposes only configs that cannot run: the search is over, as when
-                # every config ran (tuner.search), but the ablation round still re-measures what
-                # it found, on what the budget left
-                study.set_user_attr("search_exhausted", True)
-                study.set_user_attr("search_exhausted_reason", f"{MAX_PRUNED_IN_A_ROW} proposals in a row "
-                                    "were screened out or repeats")
-            elif proposals >= MAX_PRUNED_IN_A_ROW + 1:
-                return None  # not even a queued run was admitted
+                # a retry owed but never queued (its FAIL committed, then its process or storage went)
+                enqueue_lost_retries(study, study.get_trials(deepcopy=False))
             trials = study.get_trials(deepcopy=False)
-            # a retry owed but never queued (its FAIL committed, then its process or storage went)
-            if fresh and enqueue_lost_retries(study, trials):
-                trials = study.get_trials(deepcopy=False)  # the retry among them
-            fresh = False
-            attrs = study.user_attrs
-            estimate = budget.estimate_from_trials(trials, first_estimate_gpu_seconds=first_estimate, warm=warm)
-            admission = budget.next_admission(
-                ledger_from_trials(trials, limit), first_estimate_gpu_seconds=first_estimate,
-                search_limit_gpu_seconds=search_limit, ablation=ablation,
-                ablation_planned=bool(attrs.get("ablation_planned")),
-                queued=any(t.state == TrialState.WAITING for t in trials),
-                search_exhausted=bool(attrs.get("search_exhausted")), estimate_gpu_seconds=estimate,
-                costliest_ok_gpu_seconds=budget.cap_basis(trials, first_estimate_gpu_seconds=first_estimate))
+        fresh = False
+        if proposals >= MAX_PRUNED_IN_A_ROW and not study.user_attrs.get("search_exhausted"):
+            # the sampler proposes only configs that cannot run: the search is over, as when
+            # every config ran (tuner.search), but the ablation round still re-measures what
+            # it found, on what the budget left
+            study.set_user_attr("search_exhausted", True)
+            study.set_user_attr("search_exhausted_reason", f"{MAX_PRUNED_IN_A_ROW} proposals in a row "
+                                "were screened out or repeats")
+        elif proposals >= MAX_PRUNED_IN_A_ROW + 1:
+            return None  # not even a queued run was admitted
+        attrs = study.user_attrs
+        estimate = budget.estimate_from_trials(trials, first_estimate_gpu_seconds=first_estimate, warm=warm)
+        admission = budget.next_admission(
+            ledger_from_trials(trials, limit), first_estimate_gpu_seconds=first_estimate,
+            search_limit_gpu_seconds=search_limit, ablation=ablation,
+            ablation_planned=bool(attrs.get("ablation_planned")),
+            queued=any(t.state == TrialState.WAITING for t in trials),
+            search_exhausted=bool(attrs.get("search_exhausted")), estimate_gpu_seconds=estimate,
+            costliest_ok_gpu_seconds=budget.cap_basis(trials, first_estimate_gpu_seconds=first_estimate))
         if admission.action == "plan_ablation" and runoff_waits(attrs, trials):
             return None  # the coordinator waits for those runs (tuner.study's loop), then plans
         if admission.action == "plan_ablation":  # its statistics outside the lock, its runs enqueued under it
@@ -117,18 +128,18 @@ def admit(study: optuna.Study, raw_storage: Any, spec: StudySpec, limits: tuple[
             asked.clear()
             proposals += 1
             continue
-        with admission_lock(raw_storage, study.study_name):  # reserve against the ledger as it is now
-            now = study.get_trials(deepcopy=False)
+        with admission_lock(raw_storage, study.study_name) as held:  # reserve against the ledger as it is now
+            now = ledger_view(study, budget.LEDGER_ATTRS, conn=held)
             cap = budget.trial_cap(ledger_from_trials(now, limit), admission.estimate_gpu_seconds,
                                    budget.cap_basis(now, first_estimate_gpu_seconds=first_estimate))
             if cap is None:  # another coordinator reserved what was left meanwhile
                 _release(study, trial)
                 asked.clear()
                 return None
-            # one transaction for the three (three commits before, each under the lock)
+            # one statement for the three, on the lock's own connection where it has one
             write_trial(study, trial, user_attrs={"reserved_gpu_seconds": float(cap),
                                                   "estimated_gpu_seconds": float(admission.estimate_gpu_seconds),
-                                                  "launcher": spec.cluster.launcher})
+                                                  "launcher": spec.cluster.launcher}, conn=held)
         asked.clear()
         return trial, params, cap, admission.cap_basis_gpu_seconds
 

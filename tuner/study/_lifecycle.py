@@ -29,7 +29,7 @@ from tuner.stats import ROLE_ATTRS, trial_status
 from tuner.storage import admission_lock, open_storage, redact_url
 from tuner.study._outcome import NO_RESULT, infrastructure_failure
 
-__all__ = ["RunSummary", "StudyConflictError", "open_study", "spec_diff", "retry_once", "enqueue_lost_retries",
+__all__ = ["RunSummary", "StudyConflictError", "open_study", "spec_diff", "retry_once", "enqueue_lost_retries", "owed_retries",
            "summarize", "load_existing_study", "study_status"]
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -88,6 +88,14 @@ def _wants_retry(trial: optuna.trial.FrozenTrial) -> bool:
     return a.get("status") in NO_RESULT or infrastructure_failure(a)
 
 
+def owed_retries(trials: list[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
+    """The finished trials that earn a retry (:func:`_wants_retry`) and have none queued or
+    recovered: what :func:`enqueue_lost_retries` queues. Read-only, so a coordinator asks it
+    outside the admission lock and takes the lock only when it is not empty."""
+    covered = {t.user_attrs.get(k) for t in trials for k in ("retry_of", "recovered_from")} - {None}
+    return [t for t in trials if _wants_retry(t) and t.number not in covered]
+
+
 def enqueue_lost_retries(study: optuna.Study, trials: list[optuna.trial.FrozenTrial]) -> list[int]:
     """Queue the retries that were owed but never enqueued; returns the trials retried.
 
@@ -98,12 +106,10 @@ def enqueue_lost_retries(study: optuna.Study, trials: list[optuna.trial.FrozenTr
     (tuner.study, tuner.study), so it never sees one half done. A trial whose result
     a spool recovered (user attr `recovered_from` on another trial) lost nothing.
     """
-    covered = {t.user_attrs.get(k) for t in trials for k in ("retry_of", "recovered_from")} - {None}
     done = []
-    for t in trials:
-        if _wants_retry(t) and t.number not in covered:
-            retry_once(study, t)
-            done.append(t.number)
+    for t in owed_retries(trials):
+        retry_once(study, t)
+        done.append(t.number)
     return done
 
 
