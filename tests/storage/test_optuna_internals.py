@@ -158,3 +158,48 @@ def test_upkeep_is_due_only_for_a_trial_without_a_beat_or_with_a_stale_one(stora
     assert upkeep_due(study)
     assert [t.number for t in fail_stale_trials(study, {"status": "lost"})] == [trial.number]
     assert not upkeep_due(study)
+
+
+def test_trial_state_reads_the_state_the_storage_holds(storage_url):
+    from tuner.storage import trial_state
+
+    for storage in (open_storage(storage_url), None):   # tuner's RDB storage, and in memory
+        study = optuna.create_study(storage=storage)
+        trial = study.ask()
+        assert trial_state(study, trial) == optuna.trial.TrialState.RUNNING
+        study.tell(trial, 1.0)
+        assert trial_state(study, trial) == optuna.trial.TrialState.COMPLETE
+
+
+def test_write_trial_sets_a_constraint_once_in_its_transaction_as_optuna_does(storage_url):
+    """The `failed` constraint Optuna's samplers read, written with the result (Optuna's
+    set_constraint reads the whole trial first, then writes in a transaction of its own)."""
+    from tuner.storage import write_trial
+
+    for storage in (open_storage(storage_url), None):
+        study = optuna.create_study(storage=storage)
+        trial = study.ask()
+        write_trial(study, trial, steps=[(0, 2.0)], user_attrs={"status": "ok"}, constraints={"failed": 0.0})
+        write_trial(study, trial, user_attrs={"status": "ok"}, constraints={"failed": 1.0})   # set once
+        assert study_storage(study).get_trial(trial_id(trial)).system_attrs["constraints:failed"] == 0.0
+        assert trial._cached_frozen_trial.system_attrs["constraints:failed"] == 0.0  # noqa: SLF001 - its own copy
+        study.tell(trial, 2.0)
+        ref = study.ask()
+        ref.set_constraint("failed", 0.0)                               # what Optuna itself writes
+        study.tell(ref, 1.0)
+        assert study.trials[0].system_attrs == study.trials[1].system_attrs
+
+
+def test_a_heartbeat_and_attrs_in_one_transaction(storage_url):
+    storage = open_storage(storage_url)
+    study = optuna.create_study(storage=storage)
+    trial = study.ask()
+    with storage.scoped_session() as session:             # no beat yet
+        session.query(optuna.storages._rdb.models.TrialHeartbeatModel).delete()  # noqa: SLF001
+        session.commit()
+    storage.record(trial_id(trial), user_attrs={"ran_gpu_seconds": 8.0}, heartbeat=True)
+    storage.record(trial_id(trial), user_attrs={"ran_gpu_seconds": 16.0}, heartbeat=True)
+    assert study.trials[0].user_attrs == {"ran_gpu_seconds": 16.0}
+    assert storage._get_stale_trial_ids(study._study_id) == []  # noqa: SLF001 - beaten, and fresh
+    with storage.scoped_session() as session:
+        assert session.query(optuna.storages._rdb.models.TrialHeartbeatModel).count() == 1  # noqa: SLF001

@@ -96,9 +96,10 @@ class LosesItsStorage(Launcher):
     def launch(self, request):
         self.calls += 1
         if self.calls == 1:
-            def down(self, trial_id):
+            def down(self, trial_id, **_):
                 raise sqlalchemy.exc.OperationalError("UPDATE", {}, Exception("server closed the connection"))
-            self.monkeypatch.setattr(HeartbeatRDBStorage, "record_heartbeat", down)
+            for write in ("record_heartbeat", "record"):   # a beat writes through either
+                self.monkeypatch.setattr(HeartbeatRDBStorage, write, down)
             try:
                 run_for(60)
             finally:

@@ -19,6 +19,7 @@ from tuner.storage._optuna_internals import (
     set_finished_trial_user_attrs,
     study_storage,
     trial_id,
+    trial_state,
     upkeep_due,
     write_trial,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "set_finished_trial_user_attrs",
     "study_storage",
     "trial_id",
+    "trial_state",
     "upkeep_due",
     "write_trial",
     "with_retries",

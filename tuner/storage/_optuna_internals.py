@@ -28,7 +28,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 __all__ = ["HeartbeatRDBStorage", "StudyView", "trial_id", "study_storage", "rdb_storage", "missing_internals",
            "fail_stale_trials", "set_finished_trial_user_attrs", "write_trial", "LedgerTrial", "ledger_view",
-           "upkeep_due"]
+           "upkeep_due", "trial_state"]
 
 
 def trial_id(trial: optuna.Trial | FrozenTrial) -> int:
@@ -48,10 +48,13 @@ def rdb_storage(study: optuna.Study) -> Any:
 
 
 def write_trial(study: optuna.Study, trial: optuna.Trial | FrozenTrial, *, steps: Sequence[tuple[int, float]] = (),
-                user_attrs: dict[str, Any] | None = None, conn: Any = None) -> None:
+                user_attrs: dict[str, Any] | None = None, constraints: dict[str, float] | None = None,
+                conn: Any = None) -> None:
     """A running trial's intermediate values and user attrs: in one transaction on tuner's RDB
     storage (``HeartbeatRDBStorage.record``), else one by one through the study's storage (an
-    in-memory study of a bench or a test). ``conn``: the PostgreSQL admission lock's own
+    in-memory study of a bench or a test). ``constraints``: Optuna's constraint values
+    (``Trial.set_constraint``, which reads the whole trial first), in the same transaction, each
+    only where it is not set yet, as Optuna keeps them. ``conn``: the PostgreSQL admission lock's own
     connection (tuner.storage.admission_lock): user attrs alone are then written on it in one
     statement, with no second connection and no round trip beyond it, while the lock is held.
 
@@ -60,17 +63,24 @@ def write_trial(study: optuna.Study, trial: optuna.Trial | FrozenTrial, *, steps
             found it stale); nothing of it is written.
     """
     storage = rdb_storage(study)
-    if conn is not None and not steps and user_attrs and isinstance(storage, optuna.storages.RDBStorage):
+    system = {f"{_CONSTRAINTS}:{k}": float(v) for k, v in (constraints or {}).items()}
+    if conn is not None and not steps and not system and user_attrs and isinstance(storage, optuna.storages.RDBStorage):
         _upsert_running_trial_attrs(conn, trial_id(trial), user_attrs)
     elif hasattr(storage, "record"):
-        storage.record(trial_id(trial), steps=steps, user_attrs=user_attrs)
+        system = storage.record(trial_id(trial), steps=steps, user_attrs=user_attrs, system_attrs=system)
     else:
         for step, value in steps:
             study_storage(study).set_trial_intermediate_value(trial_id(trial), step, value)
         for key, value in (user_attrs or {}).items():
             study_storage(study).set_trial_user_attr(trial_id(trial), key, value)
+        if isinstance(trial, optuna.Trial):
+            for key, value in (constraints or {}).items():
+                trial.set_constraint(key, value)
+        system = {}
     if isinstance(trial, optuna.Trial) and user_attrs:   # the trial's own copy, as set_user_attr keeps it
         trial._cached_frozen_trial.user_attrs.update(user_attrs)  # noqa: SLF001
+    if isinstance(trial, optuna.Trial) and system:
+        trial._cached_frozen_trial.system_attrs.update(system)  # noqa: SLF001
 
 
 def _upsert_running_trial_attrs(conn: Any, trial_id_: int, attrs: Mapping[str, Any]) -> None:
@@ -122,6 +132,11 @@ def set_finished_trial_user_attrs(study: optuna.Study, trial: FrozenTrial, attrs
     return True
 
 
+_CONSTRAINTS = "constraints"
+"""The prefix of the system attrs Optuna's ``Trial.set_constraint`` writes (``constraints:<key>``);
+missing_internals() checks Optuna still uses it."""
+
+
 class HeartbeatRDBStorage(optuna.storages.RDBStorage):
     """Optuna's RDBStorage whose RUNNING trials always carry a heartbeat.
 
@@ -134,6 +149,12 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
 
     def _beats(self) -> bool:
         return self.heartbeat_interval is not None
+
+    @property
+    def beats_when_running(self) -> bool:
+        """Whether a trial gets its first heartbeat the moment it becomes RUNNING (created by
+        ``ask`` or a WAITING one popped): a coordinator need not beat it again before launching."""
+        return self._beats()
 
     def _first_beat(self, trial_id_: int) -> None:
         try:
@@ -150,17 +171,20 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
         return frozen
 
     def record(self, trial_id_: int, *, steps: Sequence[tuple[int, float]] = (),
-               user_attrs: dict[str, Any] | None = None) -> None:
+               user_attrs: dict[str, Any] | None = None, system_attrs: dict[str, Any] | None = None,
+               heartbeat: bool = False) -> dict[str, Any]:
         """A finished trial's intermediate values and user attrs in one transaction and a
         handful of statements (Optuna writes each in a transaction of its own, two queries
-        apiece: some 60 round trips for a trial's result). All or nothing: a trial another
-        process has finished raises UpdateFinishedTrialError and nothing of it is written."""
+        apiece: some 60 round trips for a trial's result), and system attrs not set yet
+        (constraints); returns the system attrs it wrote. ``heartbeat``: the trial's heartbeat
+        too (the server's clock), as ``record_heartbeat`` writes it. All or nothing: a trial
+        another process has finished raises UpdateFinishedTrialError and nothing of it is written."""
         import json
 
         from optuna.storages._rdb import models
         from optuna.storages._rdb.storage import _create_scoped_session
 
-        attrs = dict(user_attrs or {})
+        attrs, written = dict(user_attrs or {}), {}
         with _create_scoped_session(self.scoped_session, True) as session:
             trial = models.TrialModel.find_or_raise_by_id(trial_id_, session)
             self.check_trial_is_updatable(trial_id_, trial.state)
@@ -183,6 +207,20 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
                         held[key].value_json = json.dumps(value)
                     else:
                         session.add(model(trial_id=trial_id_, key=key, value_json=json.dumps(value)))
+            if system_attrs:  # set once, as Optuna's set_constraint keeps them
+                model = models.TrialSystemAttributeModel
+                held = {row.key for row in session.query(model).filter(model.trial_id == trial_id_)}
+                for key, value in system_attrs.items():
+                    if key not in held:
+                        session.add(model(trial_id=trial_id_, key=key, value_json=json.dumps(value)))
+                        written[key] = value
+            if heartbeat:
+                beat = models.TrialHeartbeatModel.where_trial_id(trial_id_, session, True)
+                if beat is None:
+                    session.add(models.TrialHeartbeatModel(trial_id=trial_id_))
+                else:
+                    beat.heartbeat = session.execute(sqlalchemy.func.now()).scalar()
+        return written
 
     def set_trial_state_values(self, trial_id: int, state: TrialState,
                                values: Sequence[float] | None = None) -> bool:
@@ -237,6 +275,19 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
 def _scoped_session(storage: optuna.storages.RDBStorage) -> Any:
     from optuna.storages._rdb.storage import _create_scoped_session
     return _create_scoped_session(storage.scoped_session)
+
+
+def trial_state(study: optuna.Study, trial: optuna.Trial | FrozenTrial) -> TrialState:
+    """A trial's state as the storage holds it now: on an RDB storage one column of one row (a
+    ``get_trial`` reads the whole trial in six queries); elsewhere the study's storage's."""
+    rdb = rdb_storage(study)
+    if not isinstance(rdb, optuna.storages.RDBStorage):
+        return study_storage(study).get_trial(trial_id(trial)).state
+    with _scoped_session(rdb) as session:
+        state = session.query(_models.TrialModel.state).filter(_models.TrialModel.trial_id == trial_id(trial)).scalar()
+    if state is None:
+        raise KeyError(f"no trial with id {trial_id(trial)}")
+    return state
 
 
 @dataclasses.dataclass(frozen=True)
@@ -366,4 +417,7 @@ def missing_internals() -> list[str]:
             missing.append(name)
     if not missing and rdb_storage(study) is not rdb:
         missing.append("the study cache's _backend is not the RDB storage it wraps")
+    trial.set_constraint("checked", 1.0)
+    if study.trials[0].system_attrs.get(f"{_CONSTRAINTS}:checked") != 1.0:
+        missing.append(f"Trial.set_constraint's system attr `{_CONSTRAINTS}:<key>` (write_trial's constraints)")
     return missing

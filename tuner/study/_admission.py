@@ -34,6 +34,7 @@ from tuner.storage import (
     rdb_storage,
     study_storage,
     trial_id,
+    trial_state,
     upkeep_due,
     write_trial,
 )
@@ -114,8 +115,10 @@ def admit(study: optuna.Study, raw_storage: Any, spec: StudySpec, limits: tuple[
             warnings.simplefilter("ignore", UserWarning)  # "Heartbeat ... used with Study.optimize"
             trial = study.ask()
         asked.append(trial)
-        # a beat at once: if this process dies before launching, the trial goes stale
-        raw_storage.record_heartbeat(trial_id(trial))
+        # a beat at once, so the trial goes stale if this process dies before launching: tuner's
+        # storage gave it one as it became RUNNING (tuner.storage), any other gets it here
+        if not getattr(raw_storage, "beats_when_running", False):
+            raw_storage.record_heartbeat(trial_id(trial))
         params = suggest_params(trial, spec)
         if screen_repeat(study, spec, trial, params, trials):  # an exact repeat: never launched
             asked.clear()
@@ -184,7 +187,7 @@ def fail_stale_trials(study: optuna.Study) -> list[int]:
 
 
 def finished(study: optuna.Study, trial: optuna.Trial) -> bool:
-    return study_storage(study).get_trial(trial_id(trial)).state.is_finished()
+    return trial_state(study, trial).is_finished()
 
 
 def abandon_admission(study: optuna.Study, trial: optuna.Trial,

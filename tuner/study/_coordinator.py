@@ -137,8 +137,11 @@ def run_study(spec: StudySpec, options: RunOptions,
                                              f"local spool (finished while the storage was away)"))
     own_spool = spool.Spool(runs_dir.parent, name)
 
-    def event(kind: str, **kw: Any) -> TrialEvent:
-        trials = with_retries(lambda: study.get_trials(deepcopy=False), what="reading the study")  # one read
+    def read() -> list[optuna.trial.FrozenTrial]:
+        return with_retries(lambda: study.get_trials(deepcopy=False), what="reading the study")
+
+    def event(kind: str, trials: list[optuna.trial.FrozenTrial] | None = None, **kw: Any) -> TrialEvent:
+        trials = read() if trials is None else trials  # one read
         best_value, best_ci = _best(trials)
         return TrialEvent(kind=kind, used_gpu_seconds=ledger_from_trials(trials, limit).used_gpu_seconds,
                           limit_gpu_seconds=limit,
@@ -180,7 +183,8 @@ def run_study(spec: StudySpec, options: RunOptions,
                 time.sleep(min(HEARTBEAT_INTERVAL_S, grace / 3))
                 continue
             trial, params, reserved, cap_basis = admitted
-            emit(event("start", number=trial.number, params=params, reserved_gpu_seconds=reserved,
+            now = read()   # the start's progress line and the adaptive bar read the study once
+            emit(event("start", trials=now, number=trial.number, params=params, reserved_gpu_seconds=reserved,
                        gpus=launch_gpus(spec), planned_steps=spec.trial.measure_steps,
                        result_path=str(runs_dir / f"trial-{trial.number:04d}" / "result.jsonl")))
             request = TrialRequest(study_name=name, number=trial.number,
@@ -189,7 +193,7 @@ def run_study(spec: StudySpec, options: RunOptions,
                                    seed=spec.study.seed + trial.number, max_gpu_seconds=reserved,
                                    # the baseline and ablation runs are references: measure them fully
                                    stop_below_tokens_per_sec_per_gpu=(
-                                       None if trial.user_attrs.get("role") else adaptive_bar(study, spec)))
+                                       None if trial.user_attrs.get("role") else adaptive_bar(study, spec, now)))
             t0 = time.monotonic()
             # beat well inside the grace period other coordinators judge us by; stop the trial
             # ourselves before they would count it dead (tuner.study's heartbeat)
@@ -307,11 +311,13 @@ def record_result(study: optuna.Study, trial: optuna.Trial, result: TrialResult)
 
 
 def _tell(study: optuna.Study, trial: optuna.Trial, out: Outcome) -> None:
-    write_trial(study, trial, steps=out.steps, user_attrs=out.attrs)  # one transaction (tuner.storage)
+    # one transaction (tuner.storage): the values, the attrs and, for a finished run, the
+    # `failed` constraint that Optuna's samplers read
+    write_trial(study, trial, steps=out.steps, user_attrs=out.attrs,
+                constraints=None if out.state == "FAIL" else {"failed": out.failed})
     if out.state == "FAIL":
         _fail(study, trial, retry=out.retry)
         return
-    trial.set_constraint("failed", out.failed)
     study.tell(trial, out.value)
 
 
@@ -346,16 +352,18 @@ def _record_interrupted(study: optuna.Study, trial: optuna.Trial, gpu_seconds: f
             raise
 
 
-def adaptive_bar(study: optuna.Study, spec: StudySpec) -> float | None:
+def adaptive_bar(study: optuna.Study, spec: StudySpec,
+                 trials: list[optuna.trial.FrozenTrial] | None = None) -> float | None:
     """Adaptive measurement's bar for the next search trial: the best ok trial's 95% CI lower
-    bound (tuner.study.best_lower_bound), or None (adaptive measurement off, no CI yet)."""
+    bound (tuner.study.best_lower_bound), or None (adaptive measurement off, no CI yet).
+    ``trials``: the study as just read (else it is read here)."""
     if not spec.trial.adaptive:
         return None
-    trials = with_retries(lambda: study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)),
-                          what="reading finished trials")
+    if trials is None:
+        trials = with_retries(lambda: study.get_trials(deepcopy=False), what="reading finished trials")
     return best_lower_bound(
         [t.intermediate_values[k] for k in sorted(t.intermediate_values)]
-        for t in trials if t.user_attrs.get("status") == "ok")
+        for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("status") == "ok")
 
 
 def _best(trials: list[optuna.trial.FrozenTrial]) -> tuple[float | None, tuple[float, float] | None]:

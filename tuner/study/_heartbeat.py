@@ -78,11 +78,16 @@ class Heartbeat:
         """The first beat landed and the launch went ahead (False: the trial never launched)."""
 
     def _beat(self) -> None:
-        self._storage.record_heartbeat(self._trial_id)
-        if self._gpus:
-            ran = self._gpus * (time.monotonic() - self._t0 + self._interval_s)
-            if self._reserved is not None:
-                ran = min(ran, self._reserved)
+        if not self._gpus:
+            self._storage.record_heartbeat(self._trial_id)
+            return
+        ran = self._gpus * (time.monotonic() - self._t0 + self._interval_s)
+        if self._reserved is not None:
+            ran = min(ran, self._reserved)
+        if hasattr(self._storage, "record"):  # tuner's storage: the beat and the attr in one transaction
+            self._storage.record(self._trial_id, user_attrs={"ran_gpu_seconds": float(ran)}, heartbeat=True)
+        else:
+            self._storage.record_heartbeat(self._trial_id)
             self._storage.set_trial_user_attr(self._trial_id, "ran_gpu_seconds", float(ran))
 
     def _run(self) -> None:
