@@ -241,7 +241,7 @@ def test_a_sampler_that_proposes_only_screened_configs_ends_the_search_not_the_a
     spec = fast_spec(tmp_path, ablation_share=0.3)
     launcher = FakeLauncher(spec)
     monkeypatch.setattr(admission, "MAX_PRUNED_IN_A_ROW", 5)
-    monkeypatch.setattr(admission, "screen", lambda study, spec, params, launcher=None: (
+    monkeypatch.setattr(admission, "screen", lambda study, spec, params, launcher=None, trials=None: (
         Verdict(rule="memory", reason="screened for the test") if len(launcher.calls) >= 4 else None))
     summary = run_study(spec, options(storage_url, tmp_path, budget_gpu_seconds=400.0), launcher=launcher)
     study = load(storage_url)

@@ -177,15 +177,18 @@ def is_deliberate(user_attrs: dict[str, Any]) -> bool:
     return "role" in user_attrs or "retry_of" in user_attrs or "probe" in user_attrs
 
 
-def screen(study: optuna.Study, spec: StudySpec, params: dict[str, Any], *, launcher: Any = None) -> Verdict | None:
+def screen(study: optuna.Study, spec: StudySpec, params: dict[str, Any], *, launcher: Any = None,
+           trials: list[optuna.trial.FrozenTrial] | None = None) -> Verdict | None:
     """The reason not to launch a complete config, or None to launch it.
 
     ``launcher``: its ``preflight_nccl(spec, nccl_algo, nccl_proto) -> error | None`` (when it
     has one) settles version-dependent NCCL rules once per study; the answer is stored in the
     study's user attr ``nccl_preflight``. A config over the memory line is the boundary's
-    probe (it runs) or queues its region's probe (see the module doc).
+    probe (it runs) or queues its region's probe (see the module doc). ``trials``: the study as
+    the admission just read it (screening reads finished trials only), else read here.
     """
-    trials = study.get_trials(deepcopy=False)
+    if trials is None:
+        trials = study.get_trials(deepcopy=False)
     algo, proto = str(params.get("nccl_algo", "default")), str(params.get("nccl_proto", "default"))
     problem = nccl_problem(spec, algo, proto)
     if problem is not None and not any(

@@ -10,18 +10,20 @@ Example:
 """
 
 from tuner.storage._optuna_internals import (
-    LedgerTrial,
     StudyView,
     fail_stale_trials,
-    ledger_view,
     missing_internals,
     rdb_storage,
     set_finished_trial_user_attrs,
     study_storage,
     trial_id,
+    write_trial,
+)
+from tuner.storage._optuna_queries import (
+    LedgerTrial,
+    ledger_view,
     trial_state,
     upkeep_due,
-    write_trial,
 )
 from tuner.storage._storage import (
     DEFAULT_STORAGE,

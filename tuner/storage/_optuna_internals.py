@@ -4,6 +4,8 @@ tuner drives trials with ask/tell from several processes and keeps its own heart
 needs a few things Optuna does not expose: a trial's storage id, the RDB storage behind a
 study's cache, and a hook where the cache creates trials. They are reached here and nowhere
 else; ``tests/storage/test_optuna_internals.py`` fails loudly if an Optuna upgrade moves them.
+Optuna's table models are handed on (``rdb_models``) to tuner's own few-column queries
+(tuner/storage/_optuna_queries.py).
 
 Example:
     >>> import optuna
@@ -14,7 +16,6 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import json
 import warnings
@@ -27,8 +28,8 @@ from optuna.storages._rdb import models as _models
 from optuna.trial import FrozenTrial, TrialState
 
 __all__ = ["HeartbeatRDBStorage", "StudyView", "trial_id", "study_storage", "rdb_storage", "missing_internals",
-           "fail_stale_trials", "set_finished_trial_user_attrs", "write_trial", "LedgerTrial", "ledger_view",
-           "upkeep_due", "trial_state"]
+           "fail_stale_trials", "set_finished_trial_user_attrs", "write_trial", "study_id", "rdb_models",
+           "scoped_session"]
 
 
 def trial_id(trial: optuna.Trial | FrozenTrial) -> int:
@@ -39,6 +40,20 @@ def trial_id(trial: optuna.Trial | FrozenTrial) -> int:
 def study_storage(study: optuna.Study) -> optuna.storages.BaseStorage:
     """The storage a study reads and writes through (a cache in front of an RDB storage)."""
     return study._storage  # noqa: SLF001
+
+
+def study_id(study: optuna.Study) -> int:
+    """The storage's id of a study (Optuna keeps it private: ``_study_id``)."""
+    return study._study_id  # noqa: SLF001
+
+
+rdb_models = _models
+"""Optuna's RDB table models (a private module): tuner.storage's own queries read through them."""
+
+
+def scoped_session(storage: optuna.storages.RDBStorage) -> Any:
+    """A session of the RDB storage that commits on exit and rolls back on error (Optuna's own)."""
+    return _scoped_session(storage)
 
 
 def rdb_storage(study: optuna.Study) -> Any:
@@ -275,76 +290,6 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
 def _scoped_session(storage: optuna.storages.RDBStorage) -> Any:
     from optuna.storages._rdb.storage import _create_scoped_session
     return _create_scoped_session(storage.scoped_session)
-
-
-def trial_state(study: optuna.Study, trial: optuna.Trial | FrozenTrial) -> TrialState:
-    """A trial's state as the storage holds it now: on an RDB storage one column of one row (a
-    ``get_trial`` reads the whole trial in six queries); elsewhere the study's storage's."""
-    rdb = rdb_storage(study)
-    if not isinstance(rdb, optuna.storages.RDBStorage):
-        return study_storage(study).get_trial(trial_id(trial)).state
-    with _scoped_session(rdb) as session:
-        state = session.query(_models.TrialModel.state).filter(_models.TrialModel.trial_id == trial_id(trial)).scalar()
-    if state is None:
-        raise KeyError(f"no trial with id {trial_id(trial)}")
-    return state
-
-
-@dataclasses.dataclass(frozen=True)
-class LedgerTrial:
-    """A trial as the budget arithmetic reads it (tuner.budget.ledger_from_trials, cap_basis):
-    its number, state and the user attrs it was asked for."""
-
-    number: int
-    state: TrialState
-    user_attrs: dict[str, Any]
-
-
-def ledger_view(study: optuna.Study, keys: Sequence[str], conn: Any = None) -> list[Any]:
-    """Every trial of the study with only the user attrs named by ``keys``, in trial order: on
-    an RDB storage one query (a full ``get_trials`` reads every param, value and attr in
-    several, under the admission lock that every coordinator waits on); on any other storage the
-    study's own trials. What the budget computes from either is the same. ``conn``: the
-    PostgreSQL admission lock's connection (tuner.storage.admission_lock) to read on."""
-    rdb = rdb_storage(study)
-    if not isinstance(rdb, optuna.storages.RDBStorage):
-        return study.get_trials(deepcopy=False)
-    trial, attr = _models.TrialModel.__table__, _models.TrialUserAttributeModel.__table__
-    query = (sqlalchemy.select(trial.c.number, trial.c.state, attr.c.key, attr.c.value_json)
-             .select_from(trial.outerjoin(attr, sqlalchemy.and_(attr.c.trial_id == trial.c.trial_id,
-                                                                 attr.c.key.in_(list(keys)))))
-             .where(trial.c.study_id == study._study_id))  # noqa: SLF001
-    if conn is not None:
-        rows = conn.execute(query).all()
-    else:
-        with _scoped_session(rdb) as session:
-            rows = session.execute(query).all()
-    out: dict[int, LedgerTrial] = {}
-    for number, state, key, value in rows:
-        row = out.setdefault(number, LedgerTrial(number, state, {}))
-        if key is not None:
-            row.user_attrs[key] = json.loads(value)
-    return [out[n] for n in sorted(out)]
-
-
-def upkeep_due(study: optuna.Study) -> bool:
-    """Whether :func:`fail_stale_trials` has anything to do: a RUNNING trial of the study with
-    no heartbeat (an orphan to beat) or one older than the grace period (server clock, as
-    Optuna judges it). Read-only, so a coordinator asks outside the admission lock and takes it
-    only when this is True."""
-    rdb = rdb_storage(study)
-    if not isinstance(rdb, HeartbeatRDBStorage) or rdb.heartbeat_interval is None:
-        return False
-    grace = datetime.timedelta(seconds=rdb.grace_period or 2 * rdb.heartbeat_interval)
-    trial, beat = _models.TrialModel, _models.TrialHeartbeatModel
-    with _scoped_session(rdb) as session:
-        rows = (session.query(trial.trial_id, beat.heartbeat)
-                .outerjoin(beat, beat.trial_id == trial.trial_id)
-                .filter(trial.study_id == study._study_id, trial.state == TrialState.RUNNING).all())  # noqa: SLF001
-        if not rows:
-            return False
-        now = session.execute(sqlalchemy.func.now()).scalar().replace(tzinfo=None)  # the server's clock
-    return any(when is None or now - when > grace for _, when in rows)
 
 
 def fail_stale_trials(study: optuna.Study, attrs: Mapping[str, Any]) -> list[FrozenTrial]:

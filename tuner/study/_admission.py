@@ -125,7 +125,7 @@ def admit(study: optuna.Study, raw_storage: Any, spec: StudySpec, limits: tuple[
             proposals += 1
             continue
         verdict = None if is_deliberate(trial.user_attrs) else screen(
-            study, spec, complete_params(params, spec), launcher=launcher)
+            study, spec, complete_params(params, spec), launcher=launcher, trials=trials)
         if verdict is not None:  # known-bad: 0 GPU-s (tuner.search)
             end_unrun(study, trial, "pruned", verdict.reason)
             asked.clear()
