@@ -45,7 +45,11 @@ config (node placement, clocks, the network's state): what tuner.sim draws and w
 project's re-measured configs showed (docs/statistics.md, section 2). It is worth
 :data:`TAU_PRIOR_DF` degrees of freedom, so a study that re-measured nothing still gives a
 config run once se^2 + (2%)^2, and a study with tens of re-measurements is ruled by them."""
-TAU_PRIOR_DF = 4
+TAU_PRIOR_DF = 2
+"""Two, not four: a study's round re-measures with ~9 degrees of freedom, and where launches
+vary more than the prior says (4% against 2%) four prior df held the estimate at 3.4% and the
+config intervals covered 0.89; with two, 0.91-0.94 on 120 studies, the other families within a
+study of where they were (docs/benchmarks.md)."""
 
 RunCIs = dict[int, dict[str, Any]]
 """trial number -> {"mean", "se", "df"} of an ok run (tuner.stats.trial_cis)."""
