@@ -183,7 +183,7 @@ def launch_variance(groups: Sequence[Sequence[dict[str, Any]]], *, prior_sd: flo
     Example:
         >>> lv = launch_variance([])
         >>> round(lv.tau2 ** 0.5, 3), lv.df, lv.se_scale
-        (0.02, 4, 1.0)
+        (0.02, 2, 1.0)
     """
     v_obs, s2, df = _pooled_spread(groups)
     if df == 0:
