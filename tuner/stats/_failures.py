@@ -154,10 +154,14 @@ def config_failure(params: dict[str, Any], trials: Sequence[TrialRecord],
 def neighbour_risk(params: dict[str, Any], trials: Sequence[TrialRecord], knobs: Sequence[str]) -> dict[str, Any] | None:
     """The config's neighbourhood that fails most surely: of the runs sharing one of its levels,
     or two of them (an interaction: micro_batch 8 fails with one setting of checkpointing and
-    not with the other), the group whose exact 95% CI of the failure rate starts highest;
-    groups of fewer than MIN_LEVEL_RUNS runs are left out. A lower bound at or above
-    FLAKY_FAILURE_RATE says the config's own levels fail that often, whatever the additive
-    model (tuner.stats.failure_model) says; None when no group qualifies."""
+    not with the other), the group whose exact one-sided 95% lower bound on the failure rate
+    (``lower95``: Clopper-Pearson, the exact binomial test that the rate exceeds it at 5%) is
+    highest; its two-sided 95% CI beside it. Groups of fewer than MIN_LEVEL_RUNS runs are left
+    out. A lower bound at or above FLAKY_FAILURE_RATE says the config's own levels fail that
+    often, whatever the additive model (tuner.stats.failure_model) says; None when no group
+    qualifies."""
+    from scipy import stats
+
     runs = [(t, {k: _level(t.params.get(k)) for k in knobs}) for t in trials if is_attempt(t)]
     lv = {k: _level(params.get(k)) for k in knobs}
     cells = [(k,) for k in knobs] + [(a, b) for i, a in enumerate(knobs) for b in knobs[i + 1:]]
@@ -166,7 +170,9 @@ def neighbour_risk(params: dict[str, Any], trials: Sequence[TrialRecord], knobs:
         group = [t for t, tl in runs if all(tl[k] == lv[k] for k in cell)]
         if len(group) < MIN_LEVEL_RUNS:
             continue
-        d = failure_rate(sum(is_failure(t) for t in group), len(group))
-        if best is None or d["ci95"][0] > best["ci95"][0]:
-            best = {"knobs": {k: lv[k] for k in cell}, **d}
+        failed = sum(is_failure(t) for t in group)
+        lower = float(stats.binomtest(failed, len(group), alternative="greater").proportion_ci(
+            confidence_level=0.95, method="exact").low)
+        if best is None or lower > best["lower95"]:
+            best = {"knobs": {k: lv[k] for k in cell}, **failure_rate(failed, len(group)), "lower95": lower}
     return best
