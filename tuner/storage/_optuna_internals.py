@@ -53,7 +53,8 @@ rdb_models = _models
 
 def scoped_session(storage: optuna.storages.RDBStorage) -> Any:
     """A session of the RDB storage that commits on exit and rolls back on error (Optuna's own)."""
-    return _scoped_session(storage)
+    from optuna.storages._rdb.storage import _create_scoped_session
+    return _create_scoped_session(storage.scoped_session)
 
 
 def rdb_storage(study: optuna.Study) -> Any:
@@ -123,20 +124,16 @@ def set_finished_trial_user_attrs(study: optuna.Study, trial: FrozenTrial, attrs
     recommendation made after the study ran marks its trial where Optuna's CLI and
     optuna-dashboard show it. Writes the rows through the RDB storage's own session and model
     (the study's cache keeps its old copy); False, writing nothing, on any other storage."""
-    import json
-
-    from optuna.storages._rdb import models
-
     rdb = rdb_storage(study)
     if not isinstance(rdb, optuna.storages.RDBStorage):
         return False
     session = rdb.scoped_session()
     try:
         for key, value in attrs.items():
-            row = (session.query(models.TrialUserAttributeModel)
+            row = (session.query(_models.TrialUserAttributeModel)
                    .filter_by(trial_id=trial_id(trial), key=key).one_or_none())
             if row is None:
-                session.add(models.TrialUserAttributeModel(trial_id=trial_id(trial), key=key,
+                session.add(_models.TrialUserAttributeModel(trial_id=trial_id(trial), key=key,
                                                            value_json=json.dumps(value)))
             else:
                 row.value_json = json.dumps(value)
@@ -162,14 +159,17 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
     :meth:`beat_orphans` (run with every stale check) covers those.
     """
 
-    def _beats(self) -> bool:
-        return self.heartbeat_interval is not None
-
     @property
     def beats_when_running(self) -> bool:
         """Whether a trial gets its first heartbeat the moment it becomes RUNNING (created by
         ``ask`` or a WAITING one popped): a coordinator need not beat it again before launching."""
-        return self._beats()
+        return self.heartbeat_interval is not None
+
+    @property
+    def grace(self) -> datetime.timedelta:
+        """How old a RUNNING trial's heartbeat may be before the trial is stale (Optuna's rule:
+        the grace period, else two heartbeat intervals)."""
+        return datetime.timedelta(seconds=self.grace_period or 2 * (self.heartbeat_interval or 0))
 
     def _first_beat(self, trial_id_: int) -> None:
         try:
@@ -181,7 +181,7 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
     # private method; missing_internals() reports it if a new Optuna stops calling it.
     def _create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> FrozenTrial:
         frozen = super()._create_new_trial(study_id, template_trial)
-        if self._beats() and frozen.state == TrialState.RUNNING:  # not an enqueued (WAITING) one
+        if self.beats_when_running and frozen.state == TrialState.RUNNING:  # not an enqueued (WAITING) one
             self._first_beat(trial_id(frozen))
         return frozen
 
@@ -194,28 +194,25 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
         (constraints); returns the system attrs it wrote. ``heartbeat``: the trial's heartbeat
         too (the server's clock), as ``record_heartbeat`` writes it. All or nothing: a trial
         another process has finished raises UpdateFinishedTrialError and nothing of it is written."""
-        import json
-
-        from optuna.storages._rdb import models
         from optuna.storages._rdb.storage import _create_scoped_session
 
         attrs, written = dict(user_attrs or {}), {}
         with _create_scoped_session(self.scoped_session, True) as session:
-            trial = models.TrialModel.find_or_raise_by_id(trial_id_, session)
+            trial = _models.TrialModel.find_or_raise_by_id(trial_id_, session)
             self.check_trial_is_updatable(trial_id_, trial.state)
-            values = {int(step): models.TrialIntermediateValueModel.intermediate_value_to_stored_repr(float(value))
+            values = {int(step): _models.TrialIntermediateValueModel.intermediate_value_to_stored_repr(float(value))
                       for step, value in steps}
             if values:
-                held = {row.step: row for row in session.query(models.TrialIntermediateValueModel).filter(
-                    models.TrialIntermediateValueModel.trial_id == trial_id_)}
+                held = {row.step: row for row in session.query(_models.TrialIntermediateValueModel).filter(
+                    _models.TrialIntermediateValueModel.trial_id == trial_id_)}
                 for step, (stored, kind) in values.items():
                     if step in held:
                         held[step].intermediate_value, held[step].intermediate_value_type = stored, kind
                     else:
-                        session.add(models.TrialIntermediateValueModel(
+                        session.add(_models.TrialIntermediateValueModel(
                             trial_id=trial_id_, step=step, intermediate_value=stored, intermediate_value_type=kind))
             if attrs:
-                model = models.TrialUserAttributeModel
+                model = _models.TrialUserAttributeModel
                 held = {row.key: row for row in session.query(model).filter(model.trial_id == trial_id_)}
                 for key, value in attrs.items():
                     if key in held:
@@ -223,16 +220,16 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
                     else:
                         session.add(model(trial_id=trial_id_, key=key, value_json=json.dumps(value)))
             if system_attrs:  # set once, as Optuna's set_constraint keeps them
-                model = models.TrialSystemAttributeModel
+                model = _models.TrialSystemAttributeModel
                 held = {row.key for row in session.query(model).filter(model.trial_id == trial_id_)}
                 for key, value in system_attrs.items():
                     if key not in held:
                         session.add(model(trial_id=trial_id_, key=key, value_json=json.dumps(value)))
                         written[key] = value
             if heartbeat:
-                beat = models.TrialHeartbeatModel.where_trial_id(trial_id_, session, True)
+                beat = _models.TrialHeartbeatModel.where_trial_id(trial_id_, session, True)
                 if beat is None:
-                    session.add(models.TrialHeartbeatModel(trial_id=trial_id_))
+                    session.add(_models.TrialHeartbeatModel(trial_id=trial_id_))
                 else:
                     beat.heartbeat = session.execute(sqlalchemy.func.now()).scalar()
         return written
@@ -240,7 +237,7 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
     def set_trial_state_values(self, trial_id: int, state: TrialState,
                                values: Sequence[float] | None = None) -> bool:
         changed = super().set_trial_state_values(trial_id, state, values)
-        if changed and state == TrialState.RUNNING and self._beats():  # a WAITING trial popped
+        if changed and state == TrialState.RUNNING and self.beats_when_running:  # a WAITING trial popped
             self._first_beat(trial_id)
         return changed
 
@@ -251,7 +248,7 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
         away (the first beat failed, and the ask raised before its coordinator held the trial)
         has no beat, so Optuna would never find it stale and the study would wait on it forever;
         with this beat it goes stale one grace period later, like a dead coordinator's."""
-        with _scoped_session(self) as session:
+        with scoped_session(self) as session:
             running = {tid for (tid,) in session.query(_models.TrialModel.trial_id).filter(
                 _models.TrialModel.study_id == study_id, _models.TrialModel.state == TrialState.RUNNING)}
             if not running:
@@ -271,25 +268,19 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
         Optuna's own ``fail_stale_trials`` FAILs first and leaves the attrs to a callback, which
         cannot write them (a finished trial refuses user attrs): the FAIL carried no reason.
         """
-        grace = datetime.timedelta(seconds=self.grace_period or 2 * (self.heartbeat_interval or 0))
-        with _scoped_session(self) as session:
+        with scoped_session(self) as session:
             trial = _models.TrialModel.find_or_raise_by_id(trial_id_, session, for_update=True)
             if trial.state != TrialState.RUNNING:
                 return False
             beat = _models.TrialHeartbeatModel.where_trial_id(trial_id_, session)
             now = session.execute(sqlalchemy.func.now()).scalar().replace(tzinfo=None)  # the server's clock
-            if beat is None or now - beat.heartbeat <= grace:
+            if beat is None or now - beat.heartbeat <= self.grace:
                 return False
             for key, value in attrs.items():
                 self._set_trial_attr_without_commit(session, _models.TrialUserAttributeModel, trial_id_, key, value)
             trial.state = TrialState.FAIL
             trial.datetime_complete = datetime.datetime.now()
         return True
-
-
-def _scoped_session(storage: optuna.storages.RDBStorage) -> Any:
-    from optuna.storages._rdb.storage import _create_scoped_session
-    return _create_scoped_session(storage.scoped_session)
 
 
 def fail_stale_trials(study: optuna.Study, attrs: Mapping[str, Any]) -> list[FrozenTrial]:
@@ -348,7 +339,7 @@ def missing_internals() -> list[str]:
               "RDBStorage._get_stale_trial_ids": lambda: optuna.storages.RDBStorage._get_stale_trial_ids,  # noqa: SLF001
               "RDBStorage._set_trial_attr_without_commit (fail_if_stale)":
                   lambda: optuna.storages.RDBStorage._set_trial_attr_without_commit,  # noqa: SLF001
-              "optuna.storages._rdb.storage._create_scoped_session": lambda: _scoped_session(rdb),
+              "optuna.storages._rdb.storage._create_scoped_session": lambda: scoped_session(rdb),
               "Study._study_id": lambda: study._study_id,  # noqa: SLF001
               "Study._get_trials (what samplers read; StudyView)": lambda: study._get_trials(  # noqa: SLF001
                   deepcopy=False, states=None, use_cache=False),

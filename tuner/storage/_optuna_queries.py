@@ -10,7 +10,6 @@ any RDB storage; on any other storage they fall back to the study's own reads.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -90,7 +89,6 @@ def upkeep_due(study: optuna.Study) -> bool:
     rdb = rdb_storage(study)
     if not isinstance(rdb, HeartbeatRDBStorage) or rdb.heartbeat_interval is None:
         return False
-    grace = datetime.timedelta(seconds=rdb.grace_period or 2 * rdb.heartbeat_interval)
     trial, beat = rdb_models.TrialModel, rdb_models.TrialHeartbeatModel
     with scoped_session(rdb) as session:
         rows = (session.query(trial.trial_id, beat.heartbeat)
@@ -99,4 +97,4 @@ def upkeep_due(study: optuna.Study) -> bool:
         if not rows:
             return False
         now = session.execute(sqlalchemy.func.now()).scalar().replace(tzinfo=None)  # the server's clock
-    return any(when is None or now - when > grace for _, when in rows)
+    return any(when is None or now - when > rdb.grace for _, when in rows)
