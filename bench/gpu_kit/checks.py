@@ -305,6 +305,12 @@ def check_checkpoint(ctx: Context) -> None:
 
 # ----------------------------------------------------------------------------- 6. NCCL
 
+ONE_RANK_NOTE = ("one rank: NCCL runs a one-rank collective as a local copy and never reads NCCL_ALGO or "
+                 "NCCL_PROTO (NCCL 2.28.9 on one H100, 2026-11-27: no 'set by environment' line, an unknown "
+                 "NCCL_ALGO accepted); that NCCL reads them needs two GPUs")
+"""What the check says when NCCL left the variables unread: a fact of one GPU, not a failure."""
+
+
 def check_nccl(ctx: Context) -> None:
     """The trial's environment shows NCCL_ALGO / NCCL_PROTO as set (and NCCL read them, with
     NCCL_DEBUG=INFO); an NCCL_ALGO that NCCL refuses comes back as the trial's error line.
@@ -340,13 +346,15 @@ def check_nccl(ctx: Context) -> None:
         "nccl_log_lines": said[:4], "nccl_version_line": version,
         "read_by_nccl": None if gloo else all(any(f"{k} set by environment to {v}" in ln for ln in said)
                                               for k, v in requested.items()),
-        "note": "gloo: NCCL is never loaded; only the trial's environment is checked" if gloo else None})
+        "note": "gloo: NCCL is never loaded; only the trial's environment is checked" if gloo else
+                (ONE_RANK_NOTE if not said else None)})
     rec = bad_rec
     message = (rec["error"] or {}).get("message") or ""
     ctx.rec.set("rejected", {
         "nccl_algo": plan.nccl_rejected_algo, "status": rec["status"], "error": rec["error"],
         "reported_as_trial_error": rec["status"] == "error" and rec["error_line"],  # the protocol's error line
         "names_the_value": plan.nccl_rejected_algo in message,
+        "note": ONE_RANK_NOTE if not gloo and rec["status"] == "ok" else None,
         "emulated": ("gloo: no NCCL to refuse NCCL_ALGO; the trial was asked for backend nccl without CUDA "
                      "and reported its own error line instead") if gloo else None})
 

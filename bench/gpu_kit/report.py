@@ -162,9 +162,10 @@ def headlines(doc: Mapping[str, Any]) -> dict[str, str]:
                            f"{_f(pred.get('stall_s'), '.2f')}), load {_f(ck.get('load_s'), '.2f')} s (helper "
                            f"{_f(pred.get('reload_s'), '.2f')})")
     env, rej = res["nccl"].get("env") or {}, res["nccl"].get("rejected") or {}
-    lines["nccl"] = (f"env as set: {_f(env.get('as_set'))}, read by NCCL: {_f(env.get('read_by_nccl'), none='n/a')}; "
-                     f"{rej.get('nccl_algo', '?')} reported as the trial's error: {_f(rej.get('reported_as_trial_error'))}"
-                     + (" (emulated on gloo)" if rej.get("emulated") else ""))
+    one_rank = " (one rank: never read)" if env.get("note", "") and str(env["note"]).startswith("one rank") else ""
+    lines["nccl"] = (f"env as set: {_f(env.get('as_set'))}, read by NCCL: {_f(env.get('read_by_nccl'), none='n/a')}"
+                     f"{one_rank}; {rej.get('nccl_algo', '?')} reported as the trial's error: "
+                     f"{_f(rej.get('reported_as_trial_error'))}" + (" (emulated on gloo)" if rej.get("emulated") else ""))
     return lines
 
 
@@ -199,52 +200,62 @@ def markdown(doc: Mapping[str, Any]) -> str:
                      [[d.get("name"), _f(d.get("memory_gib"), ".1f"), _f(d.get("driver")), _f(d.get("cuda")),
                        _f(d.get("torch")), _f(d.get("nccl")), _f(d.get("transformers"))]])
     out += ["Check status: " + ", ".join(f"{n} {c['status']}" for n, c in checks.items()) + ".", ""]
-    rows = res["throughput"].get("rows") or []
-    out += ["Throughput (tokens/s/GPU counts non-padding tokens; MFU counts all computed tokens, "
-            "recomputation excluded; helper = `predict_throughput`):", ""]
-    out += _md_table(["config", "status", "tokens/s/GPU", "MFU", "step s", "peak alloc GiB", "peak reserved GiB",
-                      "helper tokens/s/GPU", "helper MFU", "measured/helper"],
-                     [[r["name"], r["status"], _f(r.get("tokens_per_sec_per_gpu"), ",.0f"), _f(r.get("mfu"), ".3f"),
-                       _f(r.get("step_time_s"), ".3f"), _f(r.get("peak_mem_gib"), ".2f"),
-                       _f(r.get("peak_mem_reserved_gib"), ".2f"),
-                       _f((r.get("predicted") or {}).get("tokens_per_sec_per_gpu"), ",.0f"),
-                       _f((r.get("predicted") or {}).get("mfu"), ".3f"), _f(r.get("measured_over_predicted"), ".2f")]
-                      for r in rows])
-    mem = res["memory"].get("rows") or []
-    out += ["Memory, GB (1e9 B): helper `estimate_memory` tensors (total - overhead) against "
-            "`max_memory_allocated`, tensors + fragmentation allowance against `max_memory_reserved`:", ""]
-    out += _md_table(["config", "status", "allocated", "analytic", "trace", "reserved", "analytic +frag",
-                      "trace +frag", "analytic/alloc", "trace/alloc"],
-                     [[r["name"], r["status"], _f(r.get("measured_allocated_gb"), ".2f"),
-                       _f(r.get("analytic_tensors_gb"), ".2f"), _f(r.get("trace_tensors_gb"), ".2f"),
-                       _f(r.get("measured_reserved_gb"), ".2f"), _f(r.get("analytic_reserved_gb"), ".2f"),
-                       _f(r.get("trace_reserved_gb"), ".2f"), _f(r.get("analytic_over_measured"), ".2f"),
-                       _f(r.get("trace_over_measured"), ".2f")] for r in mem])
-    sw = res["warm_switches"]
-    out += [f"Warm switches (one resident worker; helper's cold start-up estimate "
-            f"{_f(sw.get('predicted_cold_startup_s'), '.1f')} s):", ""]
-    out += _md_table(["job", "level", "to", "status", "warm s to first step", "warm set-up s",
-                      "cold s to first step", "cold source", "cold/warm"],
-                     [[r.get("job"), r.get("level"), r.get("to"), r.get("status"),
-                       _f(r.get("warm_to_first_step_s"), ".2f"), _f(r.get("warm_setup_s"), ".2f"),
-                       _f(r.get("cold_to_first_step_s"), ".2f"), _f(r.get("cold_source")),
-                       _f(r.get("cold_over_warm"), ".1f")] for r in sw.get("switches") or []])
-    ck = res["checkpoint"]
-    pred = ck.get("predicted") or {}
-    out += [f"Checkpoints (DCP, model + optimizer, {_f((ck.get('bytes') or 0) / 1e9 or None, '.2f')} GB measured, "
-            f"{_f(pred.get('size_gb'), '.2f')} GB predicted; {ck.get('predicted_assumes', '')}):", ""]
-    out += _md_table(["what", "measured s", "helper s"],
-                     [["sync save (blocking)", _f(ck.get("sync_save_blocking_s"), ".2f"), _f(pred.get("write_s"), ".2f")],
-                      ["async save, blocking part", _f(ck.get("async_save_blocking_s"), ".2f"),
-                       _f(pred.get("stall_s"), ".2f")],
-                      ["async save, background", _f(ck.get("async_save_background_s"), ".2f"),
-                       _f(pred.get("write_s"), ".2f")],
-                      ["load", _f(ck.get("load_s"), ".2f"), _f(pred.get("reload_s"), ".2f")]])
-    env, rej = res["nccl"].get("env") or {}, res["nccl"].get("rejected") or {}
-    out += [f"NCCL: the trial's environment showed {env.get('in_trial')} (as set: {_f(env.get('as_set'))}); "
-            f"NCCL said so itself: {_f(env.get('read_by_nccl'), none='not applicable on gloo')} "
-            f"({'; '.join(env.get('nccl_log_lines') or []) or 'no NCCL log lines'}). "
-            f"NCCL_ALGO={rej.get('nccl_algo')}: status {rej.get('status')}, reported as the trial's error: "
-            f"{_f(rej.get('reported_as_trial_error'))} ({((rej.get('error') or {}).get('message') or '')[:300]})"
-            + (f" [{rej['emulated']}]" if rej.get("emulated") else "") + ".", ""]
+
+    def selected(name: str) -> bool:  # a check this run did not select has no section
+        return checks[name]["status"] != "not selected"
+
+    if selected("throughput"):
+        rows = res["throughput"].get("rows") or []
+        out += ["Throughput (tokens/s/GPU counts non-padding tokens; MFU counts all computed tokens, "
+                "recomputation excluded; helper = `predict_throughput`):", ""]
+        out += _md_table(["config", "status", "tokens/s/GPU", "MFU", "step s", "peak alloc GiB", "peak reserved GiB",
+                          "helper tokens/s/GPU", "helper MFU", "measured/helper"],
+                         [[r["name"], r["status"], _f(r.get("tokens_per_sec_per_gpu"), ",.0f"), _f(r.get("mfu"), ".3f"),
+                           _f(r.get("step_time_s"), ".3f"), _f(r.get("peak_mem_gib"), ".2f"),
+                           _f(r.get("peak_mem_reserved_gib"), ".2f"),
+                           _f((r.get("predicted") or {}).get("tokens_per_sec_per_gpu"), ",.0f"),
+                           _f((r.get("predicted") or {}).get("mfu"), ".3f"), _f(r.get("measured_over_predicted"), ".2f")]
+                          for r in rows])
+    if selected("memory"):
+        mem = res["memory"].get("rows") or []
+        out += ["Memory, GB (1e9 B): helper `estimate_memory` tensors (total - overhead) against "
+                "`max_memory_allocated`, tensors + fragmentation allowance against `max_memory_reserved`:", ""]
+        out += _md_table(["config", "status", "allocated", "analytic", "trace", "reserved", "analytic +frag",
+                          "trace +frag", "analytic/alloc", "trace/alloc"],
+                         [[r["name"], r["status"], _f(r.get("measured_allocated_gb"), ".2f"),
+                           _f(r.get("analytic_tensors_gb"), ".2f"), _f(r.get("trace_tensors_gb"), ".2f"),
+                           _f(r.get("measured_reserved_gb"), ".2f"), _f(r.get("analytic_reserved_gb"), ".2f"),
+                           _f(r.get("trace_reserved_gb"), ".2f"), _f(r.get("analytic_over_measured"), ".2f"),
+                           _f(r.get("trace_over_measured"), ".2f")] for r in mem])
+    if selected("warm_switches"):
+        sw = res["warm_switches"]
+        out += [f"Warm switches (one resident worker; helper's cold start-up estimate "
+                f"{_f(sw.get('predicted_cold_startup_s'), '.1f')} s):", ""]
+        out += _md_table(["job", "level", "to", "status", "warm s to first step", "warm set-up s",
+                          "cold s to first step", "cold source", "cold/warm"],
+                         [[r.get("job"), r.get("level"), r.get("to"), r.get("status"),
+                           _f(r.get("warm_to_first_step_s"), ".2f"), _f(r.get("warm_setup_s"), ".2f"),
+                           _f(r.get("cold_to_first_step_s"), ".2f"), _f(r.get("cold_source")),
+                           _f(r.get("cold_over_warm"), ".1f")] for r in sw.get("switches") or []])
+    if selected("checkpoint"):
+        ck = res["checkpoint"]
+        pred = ck.get("predicted") or {}
+        out += [f"Checkpoints (DCP, model + optimizer, {_f((ck.get('bytes') or 0) / 1e9 or None, '.2f')} GB measured, "
+                f"{_f(pred.get('size_gb'), '.2f')} GB predicted; {ck.get('predicted_assumes', '')}):", ""]
+        out += _md_table(["what", "measured s", "helper s"],
+                         [["sync save (blocking)", _f(ck.get("sync_save_blocking_s"), ".2f"), _f(pred.get("write_s"), ".2f")],
+                          ["async save, blocking part", _f(ck.get("async_save_blocking_s"), ".2f"),
+                           _f(pred.get("stall_s"), ".2f")],
+                          ["async save, background", _f(ck.get("async_save_background_s"), ".2f"),
+                           _f(pred.get("write_s"), ".2f")],
+                          ["load", _f(ck.get("load_s"), ".2f"), _f(pred.get("reload_s"), ".2f")]])
+    if selected("nccl"):
+        env, rej = res["nccl"].get("env") or {}, res["nccl"].get("rejected") or {}
+        out += [f"NCCL: the trial's environment showed {env.get('in_trial')} (as set: {_f(env.get('as_set'))}); "
+                f"NCCL said so itself: {_f(env.get('read_by_nccl'), none='not applicable on gloo')} "
+                f"({'; '.join(env.get('nccl_log_lines') or []) or 'no NCCL log lines'}). "
+                f"NCCL_ALGO={rej.get('nccl_algo')}: status {rej.get('status')}, reported as the trial's error: "
+                f"{_f(rej.get('reported_as_trial_error'))} ({((rej.get('error') or {}).get('message') or '')[:300]})"
+                + (f" [{rej['emulated']}]" if rej.get("emulated") else "") + "."
+                + (f" Note: {env['note']}." if env.get("note") and not rej.get("emulated") else ""), ""]
     return "\n".join(out)

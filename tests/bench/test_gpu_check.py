@@ -18,7 +18,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from bench.gpu_check import Kit, main  # noqa: E402
+from bench.gpu_check import Kit, main, narrowed_plan  # noqa: E402
 from bench.gpu_kit.plan import CHECKS, RunSpec, dry_run_plan, gpu_plan  # noqa: E402
 from bench.gpu_kit.report import markdown, memory_rows, switch_row, table  # noqa: E402
 
@@ -157,16 +157,30 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     (tmp_path / "file").write_text("")
     assert main(["--out", str(tmp_path / "file")]) == 2
     assert main(["--out", str(tmp_path), "--budget-s", "0"]) == 2
+    assert main(["--out", str(tmp_path), "--runs", "mb1 packed sdpa,mb3 packed sdpa"]) == 2
+    assert main(["--out", str(tmp_path), "--box", "checkpoint=ten"]) == 2
+    assert main(["--out", str(tmp_path), "--box", "ckpt=100"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err == ["gpu_check: --out DIR is required (where gpu_check.json goes)",
                    "gpu_check: --only: unknown check 'warp'; one of " + ", ".join(CHECKS),
                    f"gpu_check: --out {tmp_path / 'file'}: exists and is not a folder",
-                   "gpu_check: --budget-s 0.0: must be more than 5 seconds"]
+                   "gpu_check: --budget-s 0.0: must be more than 5 seconds",
+                   "gpu_check: --runs: unknown config 'mb3 packed sdpa'; one of "
+                   + ", ".join(r.name for r in gpu_plan().throughput_runs),
+                   "gpu_check: --box checkpoint=ten: seconds must be a number above 5",
+                   "gpu_check: --box ckpt=100: unknown check 'ckpt'; one of " + ", ".join(CHECKS)]
+
+
+def test_runs_and_boxes_narrow_the_plan():
+    plan, problem = narrowed_plan(gpu_plan(), "mb1 packed eager, mb2 packed sdpa ac", ["checkpoint=170", "throughput=130"])
+    assert problem is None and [r.name for r in plan.throughput_runs] == ["mb1 packed eager", "mb2 packed sdpa ac"]
+    assert plan.time_boxes_s["checkpoint"] == 170 and plan.time_boxes_s["throughput"] == 130
+    assert plan.time_boxes_s["nccl"] == gpu_plan().time_boxes_s["nccl"] and plan.switch_runs == gpu_plan().switch_runs
 
 
 def test_the_gpu_plan_fits_one_device_call_and_exercises_every_knob():
     plan = gpu_plan()
-    assert sum(plan.time_boxes_s[c] for c in CHECKS if c != "memory") <= plan.budget_s <= 480
+    assert sum(plan.time_boxes_s[c] for c in CHECKS if c != "memory") <= plan.budget_s <= 540  # 10-minute command
     runs = plan.throughput_runs
     assert {r.params["micro_batch"] for r in runs} == {1, 2, 4, 8}
     assert {r.params["activation_checkpointing"] for r in runs} == {True, False}
@@ -195,6 +209,10 @@ def test_markdown_and_table_of_a_kit_that_has_not_run_yet(tmp_path):
     kit = Kit(dry_run_plan(), tmp_path / "out", tmp_path / "scratch", CHECKS)
     assert "Check status: device pending" in markdown(kit.doc)
     assert table(kit.doc).splitlines()[2].startswith("device         pending")
+    some = Kit(dry_run_plan(), tmp_path / "some", tmp_path / "scratch", ("device", "checkpoint"))
+    text = markdown(some.doc)  # a check not selected has no section (not an empty one)
+    assert "Checkpoints (DCP" in text and "NCCL:" not in text and "Warm switches" not in text
+    assert "Throughput (" not in text and "Memory, GB" not in text
 
 
 @pytest.mark.parametrize("module", ["plan", "report", "trials"])
