@@ -17,7 +17,7 @@ at most one trial.
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, NamedTuple
 
 import optuna
 from optuna.trial import TrialState
@@ -43,7 +43,19 @@ from tuner.study._ablation import ablation_plan, apply_ablation_plan
 from tuner.study._lifecycle import enqueue_lost_retries, owed_retries, retry_once
 from tuner.study._outcome import INTERRUPTED, LOST
 
-__all__ = ["admit", "finished", "last_run_params", "fail_stale_trials", "runoff_waits", "MAX_PRUNED_IN_A_ROW"]
+__all__ = ["admit", "Admitted", "finished", "last_run_params", "fail_stale_trials", "runoff_waits", "MAX_PRUNED_IN_A_ROW"]
+
+class Admitted(NamedTuple):
+    """A trial admitted to run, its cap reserved."""
+
+    trial: optuna.Trial
+    params: dict[str, Any]
+    """The searched knobs' values, as the sampler suggested them."""
+    full_params: dict[str, Any]
+    """Every knob's value, as the workload receives it (tuner.spec's ``complete_params``, once)."""
+    reserved_gpu_seconds: float
+    cap_basis_gpu_seconds: float
+
 
 MAX_PRUNED_IN_A_ROW = 200
 """Screened-out or repeat proposals in a row after which the search is exhausted (the
@@ -51,9 +63,8 @@ ablation round still runs), and one more after which the admission gives up."""
 
 
 def admit(study: optuna.Study, raw_storage: Any, spec: StudySpec, limits: tuple[float, float],
-          ablation: bool, asked: list[optuna.Trial], launcher: Launcher | None = None):
-    """Check the budget, ask, screen, reserve. ``(trial, params, cap, cap basis)``, or None when
-    nothing fits.
+          ablation: bool, asked: list[optuna.Trial], launcher: Launcher | None = None) -> Admitted | None:
+    """Check the budget, ask, screen, reserve. An :class:`Admitted`, or None when nothing fits.
 
     ``asked`` carries trials across retries: one asked for by an attempt that a dropped
     connection cut short is RUNNING with nobody to run it, so the next attempt fails it (and
@@ -124,8 +135,9 @@ def admit(study: optuna.Study, raw_storage: Any, spec: StudySpec, limits: tuple[
             asked.clear()
             proposals += 1
             continue
+        full = complete_params(params, spec)  # once per trial: what screening judges is what runs
         verdict = None if is_deliberate(trial.user_attrs) else screen(
-            study, spec, complete_params(params, spec), launcher=launcher, trials=trials)
+            study, spec, full, launcher=launcher, trials=trials)
         if verdict is not None:  # known-bad: 0 GPU-s (tuner.search)
             end_unrun(study, trial, "pruned", verdict.reason)
             asked.clear()
@@ -144,7 +156,7 @@ def admit(study: optuna.Study, raw_storage: Any, spec: StudySpec, limits: tuple[
                                                   "estimated_gpu_seconds": float(admission.estimate_gpu_seconds),
                                                   "launcher": spec.cluster.launcher}, conn=held)
         asked.clear()
-        return trial, params, cap, admission.cap_basis_gpu_seconds
+        return Admitted(trial, params, full, cap, admission.cap_basis_gpu_seconds)
 
 
 def _release(study: optuna.Study, trial: optuna.Trial) -> None:

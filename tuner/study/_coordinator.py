@@ -32,7 +32,7 @@ from tuner.budget import ledger_from_trials
 from tuner.errors import SpecError
 from tuner.launch import Launcher, TrialRequest, TrialResult, get_launcher
 from tuner.measurement import batch_means_ci
-from tuner.spec import StudySpec, complete_params, study_name_problem
+from tuner.spec import StudySpec, study_name_problem
 from tuner.storage import (
     GRACE_PERIOD_S,
     HEARTBEAT_INTERVAL_S,
@@ -182,13 +182,13 @@ def run_study(spec: StudySpec, options: RunOptions,
                 waiting_on |= running
                 time.sleep(min(HEARTBEAT_INTERVAL_S, grace / 3))
                 continue
-            trial, params, reserved, cap_basis = admitted
+            trial, params, full_params, reserved, cap_basis = admitted
             now = read()   # the start's progress line and the adaptive bar read the study once
             emit(event("start", trials=now, number=trial.number, params=params, reserved_gpu_seconds=reserved,
                        gpus=launch_gpus(spec), planned_steps=spec.trial.measure_steps,
                        result_path=str(runs_dir / f"trial-{trial.number:04d}" / "result.jsonl")))
             request = TrialRequest(study_name=name, number=trial.number,
-                                   params=complete_params(params, spec), spec=spec,
+                                   params=full_params, spec=spec,
                                    run_dir=runs_dir / f"trial-{trial.number:04d}",
                                    seed=spec.study.seed + trial.number, max_gpu_seconds=reserved,
                                    # the baseline and ablation runs are references: measure them fully
