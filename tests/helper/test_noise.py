@@ -1,4 +1,4 @@
-"""helper.noise: pooled noise of repeated configurations; the memory correction from peak_mem_gib."""
+"""helper.noise: pooled noise of repeated configurations."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import math
 
 import pytest
 
-from helper import estimate_memory, get_gpu
-from helper.measurements import config_key, fit_memory_scale
+from helper.measurements import config_key
 from helper.noise import estimate_noise_rel
 
 
@@ -19,18 +18,6 @@ def test_pooled_noise_of_repeats_only():
     assert out["noise_rel"] == pytest.approx(0.1 / math.sqrt(2))
     assert estimate_noise_rel(ms[2:])["noise_rel"] is None
     assert config_key(ms[0]) == config_key(ms[1]) != config_key(ms[2])
-
-
-def test_memory_scale_recovers_a_known_factor():
-    ms = []
-    for mb in (1, 2, 4):
-        mem = estimate_memory("7b", 8, micro_batch=mb, seq_len=2048, gpu="A100-80GB")
-        fw = get_gpu("A100-80GB").framework_overhead_gb
-        measured = mem["static"] + fw + 0.8 * (mem["total"] - mem["static"] - fw)
-        ms.append({"model_size": "7b", "gpu": "A100-80GB", "gpu_count": 8, "micro_batch": mb, "seq_len": 2048,
-                   "tokens_per_sec_per_gpu": 1000.0, "peak_mem_gib": measured * 1e9 / 2**30})
-    fit = fit_memory_scale(ms)["A100-80GB"]
-    assert fit["n"] == 3 and fit["memory_scale"] == pytest.approx(0.8, rel=0.01)
 
 
 def test_docstring_examples_run():

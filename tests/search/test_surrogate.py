@@ -3,7 +3,6 @@
 import numpy as np
 
 import tuner.search._surrogate as surrogate
-from helper.padding import padded_rows
 
 
 def test_residual_gp_learns_near_measurements_and_keeps_prior_spread_far_away():
@@ -33,12 +32,6 @@ def test_diverse_top_skips_configs_close_to_what_was_tried():
     codes = np.array([[0, 0, 0], [0, 0, 1], [1, 1, 0]])
     assert surrogate.diverse_top(np.array([3.0, 2.0, 1.0]), codes, np.array([[0, 0, 0]])) == 2
     assert surrogate.diverse_top(np.array([3.0, 2.0, 1.0]), codes, np.zeros((0, 3))) == 0
-
-
-def test_padded_rows_packed_and_max_length():
-    assert padded_rows("max_length", 1024, 2, 256.0) == (1024, 0.25, 1.0)
-    row, eff, per_row = padded_rows("packed", 1024, 2, 256.0)
-    assert (row, eff, per_row) == (1024, 1.0, 4.0)
 
 
 # ------------------------------------------------------------------ evidence overrules the model (issue 28)
