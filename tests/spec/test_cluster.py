@@ -85,12 +85,3 @@ def test_checkpoint_dir_resolves_against_the_spec(tmp_path):
 def test_the_shipped_layout_study_loads():
     spec = load_spec(ROOT / "studies/cpu-layouts.toml")
     assert set(spec.knob_names) >= {"sharding", "tp_degree"} and spec.cluster.world_size == 4
-
-
-def test_fingerprint_ignores_the_checkpoint_folder_but_not_the_interval(tmp_path):
-    from tuner.spec import spec_fingerprint
-
-    a = load(tmp_path, 'micro_batch = [1]', trial='checkpoint_every = 5\ncheckpoint_dir = "a"').to_dict()
-    b = load(tmp_path, 'micro_batch = [1]', trial='checkpoint_every = 5\ncheckpoint_dir = "b"').to_dict()
-    c = load(tmp_path, 'micro_batch = [1]', trial='checkpoint_every = 6\ncheckpoint_dir = "a"').to_dict()
-    assert spec_fingerprint(a) == spec_fingerprint(b) != spec_fingerprint(c)

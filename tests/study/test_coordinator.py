@@ -17,7 +17,7 @@ from tuner.search import suggest_params
 from tuner.spec import complete_params
 from tuner.stats import analyze_record, study_record
 from tuner.storage import open_storage, trial_id
-from tuner.study import RunOptions, enqueue_lost_retries, load_existing_study, open_study, plan_ablation, retry_once, run_study
+from tuner.study import RunOptions, enqueue_lost_retries, load_existing_study, open_study, retry_once, run_study
 
 
 class FakeLauncher(Launcher):
@@ -250,23 +250,6 @@ def test_a_sampler_that_proposes_only_screened_configs_ends_the_search_not_the_a
     assert ablation and all(t.state == TrialState.COMPLETE for t in ablation), "the ablation round was skipped"
     assert len(launcher.calls) == 4 + len(ablation)
     assert summary.stopped == "search exhausted"
-
-
-def test_plan_ablation_handles_the_conditional_knob(tmp_path):
-    spec = fast_spec(tmp_path, extra_space="num_workers = [0, 2]\nprefetch_factor = [2, 4]", baseline=False)
-    best = {"micro_batch": 2, "num_workers": 2, "prefetch_factor": 4}
-    runs = dict(plan_ablation(spec, best, {"micro_batch": 1, "num_workers": 0}))
-    assert runs[None] == best
-    assert runs["num_workers"] == {"micro_batch": 2, "num_workers": 0}   # prefetch_factor dropped
-    assert "prefetch_factor" not in runs                                  # not a one-knob change
-
-
-def test_plan_ablation_puts_the_given_order_first(tmp_path):
-    spec = fast_spec(tmp_path, extra_space="num_workers = [0, 2]", baseline=False)
-    best = {"micro_batch": 2, "num_workers": 2, "prefetch_factor": 2}
-    base = {"micro_batch": 1, "num_workers": 1, "prefetch_factor": 2}
-    assert [k for k, _ in plan_ablation(spec, best, base)] == [None, "micro_batch", "num_workers"]
-    assert [k for k, _ in plan_ablation(spec, best, base, ["num_workers", "nope"])] == [None, "num_workers", "micro_batch"]
 
 
 def test_joining_with_another_spec_is_refused_with_a_diff(tmp_path, storage_url):
