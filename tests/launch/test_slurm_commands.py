@@ -28,3 +28,28 @@ def test_parse_slurm_duration_s():
 def test_an_enclosing_jobs_variables_do_not_leak_into_srun():
     env = client_env({"SLURM_NTASKS": "8", "SLURM_JOB_ID": "1", "SLURM_CONF": "/c", "PATH": "/bin"})
     assert env == {"SLURM_CONF": "/c", "PATH": "/bin"}
+
+
+def test_an_option_counts_as_given_in_either_spelling():
+    from tuner.launch._slurm_commands import mentions_option
+
+    assert mentions_option(("--gres", "gpu:8"), "--gres") and mentions_option(("--gres=gpu:8",), "--gres", "-G")
+    assert not mentions_option(("--gres-flags=enforce-binding",), "--gres")
+
+
+def test_the_rendezvous_port_is_the_same_for_every_rank_and_differs_between_trials():
+    from tuner.launch._slurm_commands import _RDZV_PORT_BASE, _RDZV_PORT_SPAN, rdzv_port
+
+    assert rdzv_port("1234", 5) == rdzv_port("1234", 5)
+    assert rdzv_port("1234", 5) != rdzv_port("1234", 6) and rdzv_port("1234", 5) != rdzv_port("1235", 5)
+    assert rdzv_port("1234_7", 0) == rdzv_port("12347", 0)  # digits only: array jobs
+    assert all(_RDZV_PORT_BASE <= rdzv_port(str(j), t) < _RDZV_PORT_BASE + _RDZV_PORT_SPAN
+               for j in range(0, 5000, 97) for t in range(5))
+
+
+def test_the_time_left_is_the_limit_less_the_run_time_and_unknown_when_unlimited():
+    from tuner.launch._slurm_commands import time_left_s
+
+    assert time_left_s({"TimeLimit": "01:00:00", "RunTime": "00:10:30"}) == 2970
+    assert time_left_s({"TimeLimit": "UNLIMITED", "RunTime": "00:10:30"}) is None
+    assert time_left_s({}) is None
