@@ -3,7 +3,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 
 from tests.spine_helpers import fast_spec
 from tuner.search import distribution, suggest_params
-from tuner.spec import KnobSpace, baseline_params, complete_params
+from tuner.spec import KnobSpace
 
 
 def test_distributions():
@@ -24,12 +24,3 @@ def test_prefetch_factor_only_with_workers(tmp_path):
         seen.add(params["num_workers"])
         study.tell(trial, 1.0)
     assert seen == {0, 2}
-
-
-def test_baseline_and_defaults(tmp_path):
-    spec = fast_spec(tmp_path)
-    base = baseline_params(spec)
-    assert base == {"micro_batch": 1, "padding": "max_length", "nccl_algo": "default"}
-    full = complete_params(base, spec)
-    assert full["nccl_proto"] == "default" and full["activation_checkpointing"] is False
-    assert baseline_params(fast_spec(tmp_path, baseline=False)) is None
