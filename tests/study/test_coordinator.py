@@ -11,13 +11,12 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.spine_helpers import fast_spec
-from tuner.errors import StudyConflictError
 from tuner.launch import Launcher, TrialResult
 from tuner.search import suggest_params
 from tuner.spec import complete_params
 from tuner.stats import analyze_record, study_record
 from tuner.storage import open_storage, trial_id
-from tuner.study import RunOptions, enqueue_lost_retries, load_existing_study, open_study, retry_once, run_study
+from tuner.study import RunOptions, enqueue_lost_retries, open_study, run_study
 
 
 class FakeLauncher(Launcher):
@@ -252,21 +251,6 @@ def test_a_sampler_that_proposes_only_screened_configs_ends_the_search_not_the_a
     assert summary.stopped == "search exhausted"
 
 
-def test_joining_with_another_spec_is_refused_with_a_diff(tmp_path, storage_url):
-    spec = fast_spec(tmp_path)
-    open_study(spec, storage_url=storage_url, budget_gpu_seconds=50.0)
-    other = fast_spec(tmp_path, timeout_s=99)
-    with pytest.raises(StudyConflictError, match=r"trial.timeout_s: 60(\.0)? -> 99"):
-        open_study(other, storage_url=storage_url)
-
-
-def test_no_budget_anywhere_is_an_error_and_creates_nothing(tmp_path, storage_url):
-    spec = fast_spec(tmp_path)
-    with pytest.raises(StudyConflictError, match="no budget"):
-        open_study(spec, storage_url=storage_url)
-    assert optuna.get_all_study_names(storage_url) == []
-
-
 class FlakyInfraLauncher(FakeLauncher):
     """The first trial loses its node: not the config's fault."""
 
@@ -306,29 +290,6 @@ def test_a_retry_lost_between_the_fail_and_its_enqueue_is_queued_by_the_next_adm
     assert enqueue_lost_retries(load(storage_url), trials) == []          # once
 
 
-def test_a_retry_keeps_why_its_trial_ran_and_a_cut_retry_is_queued_again(tmp_path):
-    spec = fast_spec(tmp_path)
-    study, _ = open_study(spec, storage_url=f"sqlite:///{tmp_path}/t.db", budget_gpu_seconds=40.0)
-    study.enqueue_trial({"micro_batch": 2, "padding": "packed", "nccl_algo": "Ring"},
-                        user_attrs={"role": "ablation", "ablation_of": 3, "ablation_round": 2, "remeasure": "runoff"})
-    for t in study.get_trials(states=(TrialState.WAITING,)):
-        study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)   # the runoff run, found stale
-    runoff_run = study.get_trials()[-1]
-    retry_once(study, runoff_run)
-    retry = study.get_trials()[-1]
-    assert {k: retry.user_attrs.get(k) for k in ("role", "ablation_of", "ablation_round", "remeasure", "retry_of")} \
-        == {"role": "ablation", "ablation_of": 3, "ablation_round": 2, "remeasure": "runoff",
-            "retry_of": runoff_run.number}
-    study._storage.set_trial_state_values(retry._trial_id, TrialState.FAIL)   # the retry, found stale: not again
-    retry_once(study, study.get_trials()[-1])
-    assert len(study.get_trials()) == 3
-    study.enqueue_trial(retry.params, user_attrs={**retry.user_attrs, "never_launched": True})
-    cut = study.get_trials()[-1]                          # a retry whose admission a storage error cut
-    study._storage.set_trial_state_values(cut._trial_id, TrialState.FAIL)
-    retry_once(study, study.get_trials()[-1])             # never ran, so never its config's fault: again
-    assert study.get_trials()[-1].user_attrs["retry_of"] == cut.number and len(study.get_trials()) == 5
-
-
 class BrokenLauncher(FakeLauncher):
     def launch(self, request):
         raise RuntimeError("sbatch refused: invalid account")
@@ -342,12 +303,3 @@ def test_a_broken_launcher_leaves_no_running_trial(tmp_path, storage_url):
     assert study.trials[0].state == TrialState.FAIL
     assert "sbatch refused" in study.trials[0].user_attrs["message"]
     assert not [t for t in study.trials if t.state == TrialState.RUNNING]
-
-
-def test_a_missing_study_is_named_without_the_password(pg_url):  # noqa: F811
-    url = pg_url.replace("postgres@", "postgres:s3cret@")  # trust auth ignores it; errors must not show it
-    optuna.create_study(study_name="there", storage=open_storage(url))
-    with pytest.raises(StudyConflictError) as err:
-        load_existing_study(url, "gone")
-    assert "s3cret" not in str(err.value) and "***" in str(err.value)
-    assert str(err.value).endswith("(studies there: there)")

@@ -12,7 +12,6 @@ from tests.spine_helpers import fast_spec
 from tuner.launch import Launcher, TrialResult
 from tuner.storage._optuna_internals import HeartbeatRDBStorage
 from tuner.study import RunOptions, run_study
-from tuner.study._admission import runoff_waits
 from tuner.study._heartbeat import Heartbeat, HeartbeatLost
 
 
@@ -122,15 +121,3 @@ def test_the_coordinator_fails_a_trial_it_could_not_beat_for_with_a_reason_and_r
     assert stopped.user_attrs["heartbeat_failures"] >= 1 and stopped.user_attrs["gpu_seconds"] > 0
     assert trials[1].user_attrs["retry_of"] == 0 and trials[1].user_attrs["status"] == "ok"
     assert any("trial 0 stopped" in e.message for e in events if e.kind == "note")
-
-
-class T:
-    def __init__(self, state, **attrs):
-        self.state, self.user_attrs = state, attrs
-
-
-def test_the_runoff_waits_for_the_rounds_runs_still_running_elsewhere():
-    running_ablation = [T(TrialState.COMPLETE, role="ablation"), T(TrialState.RUNNING, role="ablation")]
-    assert runoff_waits({"ablation_stage": 1}, running_ablation)
-    assert not runoff_waits({"ablation_stage": 1}, [T(TrialState.COMPLETE, role="ablation"), T(TrialState.RUNNING)])
-    assert not runoff_waits({}, running_ablation)   # stage 0: the round itself is planned, nothing to wait for
