@@ -139,3 +139,25 @@ def test_the_library_entry_points_stay_importable():
     from tuner.measurement import batch_means_ci, stop_reason  # noqa: F401
 
     assert all(getattr(tuner, name) is not None for name in tuner.__all__)
+
+
+def _test_file_for(path: Path) -> Path:
+    """helper/X.py -> tests/helper/test_X.py; objectives likewise; tuner/X.py -> tests/test_X.py;
+    tuner/PKG/X.py or tuner/PKG/_X.py -> tests/PKG/test_X.py (a private module's underscore dropped)."""
+    parts = path.relative_to(ROOT).parts
+    name = f"test_{path.stem.lstrip('_')}.py"
+    if parts[0] in ("helper", "objectives"):
+        return ROOT / "tests" / parts[0] / name
+    return ROOT / "tests" / Path(*parts[1:-1]) / name
+
+
+def test_every_module_has_a_same_named_test_file():
+    """A newcomer finds a module's tests at the first try."""
+    modules = [p for tree in ("helper", "objectives", "tuner") for p in sorted((ROOT / tree).rglob("*.py"))
+               if p.name not in ("__init__.py", "__main__.py")]
+    assert len(modules) > 100
+    missing = [f"{p.relative_to(ROOT)} -> {_test_file_for(p).relative_to(ROOT)}"
+               for p in modules if not _test_file_for(p).exists()]
+    assert missing == []
+    assert _test_file_for(ROOT / "tuner" / "study" / "_admission.py") == ROOT / "tests" / "study" / "test_admission.py"
+    assert _test_file_for(ROOT / "tuner" / "cli.py") == ROOT / "tests" / "test_cli.py"
