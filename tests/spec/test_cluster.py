@@ -1,4 +1,4 @@
-"""tuner/spec/_layouts.py: layouts a cluster cannot hold are one line at spec load naming the
+"""tuner/spec/_cluster.py: layouts a cluster cannot hold are one line at spec load naming the
 key; the sim launcher takes every layout knob and checkpoints."""
 
 import textwrap
