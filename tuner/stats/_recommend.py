@@ -34,7 +34,11 @@ def _public(d: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def _is_remeasure(t: TrialRecord) -> bool:
-    return t.role == "ablation" and t.ablation_knob is None
+    """A run of the ablation round: the best, the baseline, a candidate, a runoff run, or a
+    one-knob revert. A revert measures a config like any other: where it reads faster than the
+    best it reverts, it competes for the recommendation (the search's pick for that knob lost to
+    the baseline's value), rather than being read only as the knob's effect."""
+    return t.role == "ablation"
 
 
 def confirmation_runs(trials: Sequence[TrialRecord], cis: RunCIs) -> set[int]:
@@ -71,8 +75,6 @@ def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df
         return None
     by_config: dict[str, dict[str, Any]] = {}
     for t in trials:
-        if t.role == "ablation" and t.ablation_knob is not None:
-            continue
         d = by_config.setdefault(config_key(t.params), {"params": t.params, "search": [], "remeasure": [],
                                                         "first_trial": None})
         if t.number in cis:
@@ -192,7 +194,7 @@ def ablation_effects(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float,
     labelled = any(t.remeasure for t in abl if t.ablation_knob is None)
     ref_params = next((t.params for t in abl if t.ablation_knob is None and t.status == "ok" and t.number in cis
                        and (t.remeasure == "best" or not labelled)), None)
-    ref_runs = [t for t in abl if _is_remeasure(t) and ref_params is not None
+    ref_runs = [t for t in abl if t.ablation_knob is None and ref_params is not None
                 and config_key(t.params) == config_key(ref_params) and t.number in cis]
     ref = config_estimate([cis[t.number] for t in ref_runs], tau2=tau2, tau_df=tau_df,
                           se_scale=se_scale) if ref_runs else None

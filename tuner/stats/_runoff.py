@@ -152,8 +152,9 @@ def round_estimates(trials, knobs: Sequence[str], round_: int) -> tuple[dict[str
     runs: dict[str, list[dict[str, Any]]] = {}
     params: dict[str, dict[str, Any]] = {}
     for t in trials:
-        if (t.role == "ablation" and t.ablation_knob is None and (t.ablation_round or 1) == round_
-                and t.number in cis):
+        # every run of the round, reverts included: a revert that reads faster than the best
+        # it reverts is a finalist like a candidate
+        if t.role == "ablation" and (t.ablation_round or 1) == round_ and t.number in cis:
             runs.setdefault(config_key(t.params), []).append(cis[t.number])
             params[config_key(t.params)] = t.params
     estimates = {k: e for k, r in runs.items()
