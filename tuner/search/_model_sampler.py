@@ -23,8 +23,10 @@ parallel coordinators and optuna-dashboard work as with any other. For every tri
    there (``probe``, tuner.search); then the config of highest expected improvement x the
    probability that it fits in memory (peak ratios learned from this study, per memory region
    where measured) x 1/2 for an NCCL setting whose version-dependent rule is still unsettled,
-   per expected second of the trial (cost-aware EI, Snoek et al. 2012, "EI per second");
-   never a config already finished, running, failed or pruned.
+   x 1/2 for each trial this cluster's NCCL refused with that setting, per expected second of
+   the trial (cost-aware EI, Snoek et al. 2012, "EI per second"); never a config already
+   finished, running, failed or pruned, nor an NCCL setting refused :data:`NCCL_REFUSALS` times
+   that never ran (in any config: NCCL's verdict is on the setting, not the batch).
 
 A trial's expected seconds are the set-up its switch needs from this coordinator's resident
 worker (nothing, a new data loader, a model rebuild, new communicators, a fresh worker:
@@ -87,6 +89,9 @@ INTERACTION_SDS = (0.03, 0.06, 0.12)
 combination, effects the search must find where the model fits only the large ones."""
 MIN_FIT = 6
 """Measured configs before the evidence GP's scales are fitted to them (type-II ML)."""
+NCCL_REFUSALS = 2
+"""Trials that NCCL refused (an error naming NCCL; a preflight refusal counts as this many)
+after which an (algorithm, protocol) setting that never ran is proposed no more, in any config."""
 PICKS = ("startup", "cover", "probe", "ei", "ei_per_cost", "ei_per_cost_same_model")
 """The sampler's own picks (``model_pick``), as opposed to enqueued trials."""
 
@@ -176,14 +181,19 @@ class ModelGuidedSampler(BaseSampler):
         alive = np.array([p is None or not p[1] or twin >= 0 for p, twin in zip(grid.nccl, grid.nccl_twin)])
         obs_idx, obs_y, pending, launched = [], [], [], []
         bad_nccl, good_nccl = set(), set()
+        nccl_failures: dict[tuple[str, str], int] = {}  # trials that NCCL refused, per setting
         for t in trials:
             if t.number == exclude_number:
                 continue
             i = grid.index.get(grid.key_of_trial(t.params)) if t.params else None
             status = t.user_attrs.get("status")
-            if status == "error" or (status == "pruned" and "NCCL" in str(t.user_attrs.get("message", ""))):
+            names_nccl = "NCCL" in str(t.user_attrs.get("message", ""))
+            if status == "error" or (status == "pruned" and names_nccl):
                 full = complete_params(t.params, spec)
-                bad_nccl.add((str(full.get("nccl_algo")), str(full.get("nccl_proto"))))
+                pair = (str(full.get("nccl_algo")), str(full.get("nccl_proto")))
+                bad_nccl.add(pair)
+                if names_nccl:  # the cluster's own verdict on the setting, whatever helper's rules say
+                    nccl_failures[pair] = nccl_failures.get(pair, 0) + (NCCL_REFUSALS if status == "pruned" else 1)
             if i is None:
                 continue
             if t.state == TrialState.RUNNING:
@@ -202,6 +212,12 @@ class ModelGuidedSampler(BaseSampler):
             for i, pair in enumerate(grid.nccl_pairs):
                 if pair in bad_nccl and grid.nccl[i] is not None:
                     alive[i] = False
+        # a setting this cluster's NCCL refused NCCL_REFUSALS times (a preflight's refusal counts
+        # as many), and never ran, is written off for every config: one refusal is not (a
+        # transient NCCL error names NCCL too), but it halves the setting's weight below
+        refused = {pair for pair, n in nccl_failures.items() if n >= NCCL_REFUSALS and pair not in good_nccl}
+        if refused:
+            alive &= np.array([pair not in refused for pair in grid.nccl_pairs])
 
         # memory: the measured/predicted peak ratios (per memory region where it has them: the
         # model's structure may be wrong in one region only), and configs dominated by an OOM
@@ -236,8 +252,8 @@ class ModelGuidedSampler(BaseSampler):
             p_fit[at] = surrogate.prob_fits(grid.mem_gb[at], capacity, lr_mean, lr_sd)
         # P(NCCL runs it): helper's doubt, 0.5 where a version-dependent rule may fail it and 0.25
         # where a rule says it never runs; 1 once a trial with that setting measured
-        p_nccl = np.array([1.0 if p is None or pair in good_nccl else (0.25 if p[1] else 0.5)
-                           for p, pair in zip(grid.nccl, grid.nccl_pairs)])
+        p_nccl = np.array([1.0 if pair in good_nccl else (1.0 if p is None else 0.25 if p[1] else 0.5)
+                           * 0.5 ** nccl_failures.get(pair, 0) for p, pair in zip(grid.nccl, grid.nccl_pairs)])
 
         if fixed is not None:  # an enqueued trial (the baseline): say what the model expected
             i = grid.index.get(grid.key_of_trial(fixed))
