@@ -12,10 +12,8 @@ Example:
     'RandomSampler'
 """
 
-from tuner.search._model_sampler import (
-    ModelGuidedSampler,
-    top_prediction,
-)
+from tuner.search._grid_model import top_prediction
+from tuner.search._model_sampler import ModelGuidedSampler
 from tuner.search._repeats import (
     REPEAT,
     coordinator_seed,

@@ -17,7 +17,7 @@ from tuner import model
 from tuner.search._grid import ModelGrid
 from tuner.spec import StudySpec
 
-__all__ = ["GridModel", "predict"]
+__all__ = ["GridModel", "predict", "top_prediction"]
 
 
 def predict(grid: ModelGrid, idx: np.ndarray, constants: dict[str, float], mean_tokens: float,
@@ -80,3 +80,13 @@ class GridModel:
         if stand_in.any():
             out[stand_in] = predict(self._grid, twin[stand_in], self._constants, self._mean_tokens, self._known)
         return out
+
+
+def top_prediction(spec: StudySpec) -> dict[str, Any]:
+    """helper's best config for the spec with no trial run ("model only"): the highest
+    prediction of the shipped calibration among configs it says run and fit (complete params)."""
+    grid = ModelGrid(spec)
+    idx = np.array([i for i in range(len(grid.configs))
+                    if grid.nccl[i] is None and grid.mem_gb[i] <= model.gpu_memory_gb(spec.cluster.gpu)])
+    pred = predict(grid, idx, model.default_constants(spec.cluster.gpu), float(model.DEFAULT_MEAN_TOKENS_PER_EXAMPLE))
+    return grid.full[int(idx[int(np.argmax(pred))])]

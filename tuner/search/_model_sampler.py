@@ -61,13 +61,13 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner import budget, knobs, model
 from tuner.search import _surrogate as surrogate
 from tuner.search._grid import MODEL_KNOBS, ModelGrid
-from tuner.search._grid_model import GridModel, predict
+from tuner.search._grid_model import GridModel
 from tuner.search._screening import MEMORY_KNOBS, PRIOR_MEMORY_MARGIN, PROBES_ATTR, memory_probe
 from tuner.search._space import distribution
 from tuner.spec import StudySpec, complete_params
 from tuner.storage import write_trial
 
-__all__ = ["ModelGuidedSampler", "top_prediction", "MODEL_KNOBS"]
+__all__ = ["ModelGuidedSampler", "MODEL_KNOBS"]
 
 PRIOR_RESIDUAL_SD = 0.15
 """Log-residual spread of the model before this study has measured enough to say: helper's
@@ -212,12 +212,10 @@ class ModelGuidedSampler(BaseSampler):
             for i, pair in enumerate(grid.nccl_pairs):
                 if pair in bad_nccl and grid.nccl[i] is not None:
                     alive[i] = False
-        # a setting this cluster's NCCL refused NCCL_REFUSALS times (a preflight's refusal counts
-        # as many), and never ran, is written off for every config: one refusal is not (a
-        # transient NCCL error names NCCL too), but it halves the setting's weight below
+        # refused NCCL_REFUSALS times and never run: written off in every config (one refusal
+        # may be a transient NCCL error: it halves the setting's weight below)
         refused = {pair for pair, n in nccl_failures.items() if n >= NCCL_REFUSALS and pair not in good_nccl}
-        if refused:
-            alive &= np.array([pair not in refused for pair in grid.nccl_pairs])
+        alive &= np.array([pair not in refused for pair in grid.nccl_pairs])
 
         # memory: the measured/predicted peak ratios (per memory region where it has them: the
         # model's structure may be wrong in one region only), and configs dominated by an OOM
@@ -400,13 +398,3 @@ class ModelGuidedSampler(BaseSampler):
 
 def _capacity(spec: StudySpec) -> float:
     return model.gpu_memory_gb(spec.cluster.gpu)
-
-
-def top_prediction(spec: StudySpec) -> dict[str, Any]:
-    """helper's best config for the spec with no trial run ("model only"): the highest
-    prediction of the shipped calibration among configs it says run and fit (complete params)."""
-    grid = ModelGrid(spec)
-    idx = np.array([i for i in range(len(grid.configs))
-                    if grid.nccl[i] is None and grid.mem_gb[i] <= _capacity(spec)])
-    pred = predict(grid, idx, model.default_constants(spec.cluster.gpu), float(model.DEFAULT_MEAN_TOKENS_PER_EXAMPLE))
-    return grid.full[int(idx[int(np.argmax(pred))])]
