@@ -82,6 +82,25 @@ def test_ok_trial_overrules_an_nccl_prune():
     assert screen(study, spec, params) is None
 
 
+def test_a_setting_the_clusters_nccl_refused_twice_is_screened_out_in_every_config():
+    # helper has no rule against Ring/Simple on H100: only the cluster's NCCL says it does not run
+    spec = _spec()
+    ring = {**OK, "nccl_algo": "Ring", "nccl_proto": "Simple"}
+    assert nccl_problem(spec, "Ring", "Simple") is None
+    nccl = "NCCL WARN Error: no algorithm/protocol available for AllGather with NCCL_ALGO=Ring NCCL_PROTO=Simple"
+    other = complete_params({**ring, "micro_batch": 2, "num_workers": 4}, spec)
+    study = _study()
+    _add(study, spec, ring, "error", value=0.0, message=nccl)
+    assert screen(study, spec, other) is None                      # once may be a transient error
+    _add(study, spec, {**ring, "num_workers": 0}, "error", value=0.0, message="CUDA error: an illegal memory access")
+    assert screen(study, spec, other) is None                      # an error not naming NCCL says nothing of it
+    _add(study, spec, {**ring, "micro_batch": 4}, "error", value=0.0, message=nccl)
+    v = screen(study, spec, other)
+    assert v is not None and v.rule == "nccl" and "refused this setting in trials 0, 2" in v.reason
+    _add(study, spec, {**ring, "padding": "max_length"}, "ok", value=3000.0)
+    assert screen(study, spec, other) is None                      # it ran once: NCCL can run it
+
+
 def test_memory_prune_and_recovery_when_a_measured_peak_contradicts_the_model():
     spec = _spec(SPEC_13B)
     big = complete_params({**OK, "micro_batch": 8, "activation_checkpointing": False}, spec)

@@ -62,7 +62,7 @@ from tuner import budget, knobs, model
 from tuner.search import _surrogate as surrogate
 from tuner.search._grid import MODEL_KNOBS, ModelGrid
 from tuner.search._grid_model import GridModel
-from tuner.search._screening import MEMORY_KNOBS, PRIOR_MEMORY_MARGIN, PROBES_ATTR, memory_probe
+from tuner.search._screening import MEMORY_KNOBS, NCCL_REFUSALS, PRIOR_MEMORY_MARGIN, PROBES_ATTR, memory_probe
 from tuner.search._space import distribution
 from tuner.spec import StudySpec, complete_params
 from tuner.storage import write_trial
@@ -89,9 +89,6 @@ INTERACTION_SDS = (0.03, 0.06, 0.12)
 combination, effects the search must find where the model fits only the large ones."""
 MIN_FIT = 6
 """Measured configs before the evidence GP's scales are fitted to them (type-II ML)."""
-NCCL_REFUSALS = 2
-"""Trials that NCCL refused (an error naming NCCL; a preflight refusal counts as this many)
-after which an (algorithm, protocol) setting that never ran is proposed no more, in any config."""
 PICKS = ("startup", "cover", "probe", "ei", "ei_per_cost", "ei_per_cost_same_model")
 """The sampler's own picks (``model_pick``), as opposed to enqueued trials."""
 

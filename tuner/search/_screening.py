@@ -12,8 +12,10 @@ Two rules, each with the evidence that can overrule it (a wrong prune must be re
   ones fall back to Ring; NVLS for an fp32 reduce-scatter, nccl#1670): a rule is helper's
   belief about the cluster, and the cluster answers. Without a preflight, the every-version
   rules prune at once (the model-guided sampler tries each such setting once: tuner.search)
-  and the others launch. A launched trial with the same setting that ran ok overrules any
-  NCCL prune.
+  and the others launch. A setting this cluster's NCCL refused in :data:`NCCL_REFUSALS`
+  trials (errors naming NCCL), whatever helper's rules say of it, is pruned in every config
+  for every sampler. A launched trial with the same setting that ran ok overrules any NCCL
+  prune.
 - **Memory**: ``helper.estimate_memory`` x a margin learned from this study. ``ratio_low``
   is 0.95 x the smallest measured/predicted peak among ok trials (1 / 1.10 before any); a
   config is pruned when predicted x ratio_low exceeds the GPU's memory, or when a trial that
@@ -73,6 +75,9 @@ PRIOR_MEMORY_MARGIN = 1.10
 within a few % of measured peaks on its validation set (docs/validation.md) but the
 caching allocator's fragmentation varies (PyTorch users see 5-15%)."""
 _GB_PER_GIB = 2**30 / 1e9
+NCCL_REFUSALS = 2
+"""Trials that NCCL refused (an error naming NCCL) after which an (algorithm, protocol) setting
+that never ran is screened out in every config, for every sampler (one may be transient)."""
 _PREFLIGHT_ATTR = "nccl_preflight"
 PROBES_ATTR = "boundary_probes"
 """The study's user attr listing every memory probe: {"region", "params", "predicted_gb"}."""
@@ -191,9 +196,15 @@ def screen(study: optuna.Study, spec: StudySpec, params: dict[str, Any], *, laun
         trials = study.get_trials(deepcopy=False)
     algo, proto = str(params.get("nccl_algo", "default")), str(params.get("nccl_proto", "default"))
     problem = nccl_problem(spec, algo, proto)
-    if problem is not None and not any(
-            t.state == TrialState.COMPLETE and t.user_attrs.get("status") == "ok" and _same_nccl(t, params, spec)
-            for t in trials):
+    ran = any(t.state == TrialState.COMPLETE and t.user_attrs.get("status") == "ok" and _same_nccl(t, params, spec)
+              for t in trials)
+    refused = [] if ran else [t.number for t in trials if t.state == TrialState.COMPLETE
+                              and t.user_attrs.get("status") == "error"
+                              and "NCCL" in str(t.user_attrs.get("message", "")) and _same_nccl(t, params, spec)]
+    if len(refused) >= NCCL_REFUSALS:  # the cluster's own verdict, whatever helper's rules say
+        return Verdict(rule="nccl", reason=f"this cluster's NCCL refused this setting in trials "
+                                           f"{', '.join(map(str, refused[:4]))} and never ran it")
+    if problem is not None and not ran:
         message, certain = problem
         checks = dict(study.user_attrs.get(_PREFLIGHT_ATTR) or {})
         key = f"{algo}|{proto}"
