@@ -62,7 +62,7 @@ from tuner import budget, knobs, model
 from tuner.search import _surrogate as surrogate
 from tuner.search._grid import MODEL_KNOBS, ModelGrid
 from tuner.search._grid_model import GridModel
-from tuner.search._screening import MEMORY_KNOBS, NCCL_REFUSALS, PRIOR_MEMORY_MARGIN, PROBES_ATTR, memory_probe
+from tuner.search._screening import MEMORY_KNOBS, NCCL_REFUSALS, PRIOR_MEMORY_MARGIN, PROBES_ATTR, memory_probe, refused_by_nccl
 from tuner.search._space import distribution
 from tuner.spec import StudySpec, complete_params
 from tuner.storage import write_trial
@@ -184,13 +184,13 @@ class ModelGuidedSampler(BaseSampler):
                 continue
             i = grid.index.get(grid.key_of_trial(t.params)) if t.params else None
             status = t.user_attrs.get("status")
-            names_nccl = "NCCL" in str(t.user_attrs.get("message", ""))
-            if status == "error" or (status == "pruned" and names_nccl):
+            preflight_refused = status == "pruned" and "NCCL" in str(t.user_attrs.get("message", ""))
+            if status == "error" or preflight_refused:
                 full = complete_params(t.params, spec)
                 pair = (str(full.get("nccl_algo")), str(full.get("nccl_proto")))
                 bad_nccl.add(pair)
-                if names_nccl:  # the cluster's own verdict on the setting, whatever helper's rules say
-                    nccl_failures[pair] = nccl_failures.get(pair, 0) + (NCCL_REFUSALS if status == "pruned" else 1)
+                if preflight_refused or refused_by_nccl(t):  # the cluster's verdict, whatever helper's rules say
+                    nccl_failures[pair] = nccl_failures.get(pair, 0) + (NCCL_REFUSALS if preflight_refused else 1)
             if i is None:
                 continue
             if t.state == TrialState.RUNNING:
@@ -212,7 +212,8 @@ class ModelGuidedSampler(BaseSampler):
         # refused NCCL_REFUSALS times and never run: written off in every config (one refusal
         # may be a transient NCCL error: it halves the setting's weight below)
         refused = {pair for pair, n in nccl_failures.items() if n >= NCCL_REFUSALS and pair not in good_nccl}
-        alive &= np.array([pair not in refused for pair in grid.nccl_pairs])
+        if refused:
+            alive &= np.array([pair not in refused for pair in grid.nccl_pairs])
 
         # memory: the measured/predicted peak ratios (per memory region where it has them: the
         # model's structure may be wrong in one region only), and configs dominated by an OOM

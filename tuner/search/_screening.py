@@ -79,6 +79,13 @@ NCCL_REFUSALS = 2
 """Trials that NCCL refused (an error naming NCCL) after which an (algorithm, protocol) setting
 that never ran is screened out in every config, for every sampler (one may be transient)."""
 _PREFLIGHT_ATTR = "nccl_preflight"
+
+
+def refused_by_nccl(trial: Any) -> bool:
+    """A trial that failed with an error naming NCCL: the cluster's verdict on its setting."""
+    return trial.user_attrs.get("status") == "error" and "NCCL" in str(trial.user_attrs.get("message", ""))
+
+
 PROBES_ATTR = "boundary_probes"
 """The study's user attr listing every memory probe: {"region", "params", "predicted_gb"}."""
 MEMORY_KNOBS = ("micro_batch", "grad_accum", "activation_checkpointing", "padding", "sharding", "tp_degree")
@@ -198,9 +205,8 @@ def screen(study: optuna.Study, spec: StudySpec, params: dict[str, Any], *, laun
     problem = nccl_problem(spec, algo, proto)
     ran = any(t.state == TrialState.COMPLETE and t.user_attrs.get("status") == "ok" and _same_nccl(t, params, spec)
               for t in trials)
-    refused = [] if ran else [t.number for t in trials if t.state == TrialState.COMPLETE
-                              and t.user_attrs.get("status") == "error"
-                              and "NCCL" in str(t.user_attrs.get("message", "")) and _same_nccl(t, params, spec)]
+    refused = [] if ran else [t.number for t in trials if t.state == TrialState.COMPLETE and refused_by_nccl(t)
+                              and _same_nccl(t, params, spec)]
     if len(refused) >= NCCL_REFUSALS:  # the cluster's own verdict, whatever helper's rules say
         return Verdict(rule="nccl", reason=f"this cluster's NCCL refused this setting in trials "
                                            f"{', '.join(map(str, refused[:4]))} and never ran it")
