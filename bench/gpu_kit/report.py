@@ -86,6 +86,8 @@ def switch_row(run, prev, rec: Mapping[str, Any], expected_level: str,
                cold_to_first_step_s=cold.get("to_first_step_s"), cold_startup_s=cold.get("startup_s"),
                cold_tokens_per_sec_per_gpu=cold.get("tokens_per_sec_per_gpu"))
     row["cold_over_warm"] = _ratio(row["cold_to_first_step_s"], row["warm_to_first_step_s"])
+    # does a warm trial measure what a cold one does: its tokens/s over the cold start's, same config
+    row["warm_over_cold_tokens"] = _ratio(row["tokens_per_sec_per_gpu"], row["cold_tokens_per_sec_per_gpu"])
     return row
 
 
@@ -232,11 +234,14 @@ def markdown(doc: Mapping[str, Any]) -> str:
         out += [f"Warm switches (one resident worker; helper's cold start-up estimate "
                 f"{_f(sw.get('predicted_cold_startup_s'), '.1f')} s):", ""]
         out += _md_table(["job", "level", "to", "status", "warm s to first step", "warm set-up s",
-                          "cold s to first step", "cold source", "cold/warm"],
+                          "cold s to first step", "cold source", "cold/warm", "warm tok/s/GPU",
+                          "cold tok/s/GPU", "warm/cold tok/s"],
                          [[r.get("job"), r.get("level"), r.get("to"), r.get("status"),
                            _f(r.get("warm_to_first_step_s"), ".2f"), _f(r.get("warm_setup_s"), ".2f"),
                            _f(r.get("cold_to_first_step_s"), ".2f"), _f(r.get("cold_source")),
-                           _f(r.get("cold_over_warm"), ".1f")] for r in sw.get("switches") or []])
+                           _f(r.get("cold_over_warm"), ".1f"), _f(r.get("tokens_per_sec_per_gpu"), ",.0f"),
+                           _f(r.get("cold_tokens_per_sec_per_gpu"), ",.0f"), _f(r.get("warm_over_cold_tokens"), ".2f")]
+                          for r in sw.get("switches") or []])
     if selected("checkpoint"):
         ck = res["checkpoint"]
         pred = ck.get("predicted") or {}

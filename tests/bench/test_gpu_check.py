@@ -200,9 +200,12 @@ def test_report_rows_compare_in_one_unit_and_an_oom_is_a_measured_no_fit():
     assert r["measured_fits"] is False and r["analytic_over_measured"] is None and r["trace_error"] == "boom"
     run, prev = RunSpec({"micro_batch": 2, "padding": "packed"}), RunSpec({"micro_batch": 1, "padding": "packed"})
     row = switch_row(run, prev, {"job": 1, "level": "none", "status": "ok", "to_first_step_s": 2.0,
-                                 "summary": {"resident": {"setup_seconds": 0.5}}},
-                     "none", {"source": "cold twin", "to_first_step_s": 20.0})
+                                 "summary": {"resident": {"setup_seconds": 0.5}, "tokens_per_sec_per_gpu": 900.0}},
+                     "none", {"source": "cold twin", "to_first_step_s": 20.0, "tokens_per_sec_per_gpu": 1000.0})
     assert row["cold_over_warm"] == 10.0 and row["level_as_expected"] and row["warm_setup_s"] == 0.5
+    assert row["warm_over_cold_tokens"] == 0.9  # does the warm trial measure what a cold one does
+    cold_only = switch_row(run, prev, {"job": 1, "level": "none", "status": "error", "summary": None}, "none", None)
+    assert cold_only["warm_over_cold_tokens"] is None and cold_only["level_as_expected"] is None
 
 
 def test_markdown_and_table_of_a_kit_that_has_not_run_yet(tmp_path):

@@ -111,3 +111,48 @@ def test_a_heartbeat_and_attrs_in_one_transaction(storage_url):
     assert storage._get_stale_trial_ids(study._study_id) == []  # noqa: SLF001 - beaten, and fresh
     with storage.scoped_session() as session:
         assert session.query(optuna.storages._rdb.models.TrialHeartbeatModel).count() == 1  # noqa: SLF001
+
+
+def test_a_trials_parameters_are_written_in_one_transaction(storage_url):
+    import sqlalchemy
+
+    from tuner.storage import params_in_one_transaction
+
+    storage = open_storage(storage_url)
+    study = optuna.create_study(storage=storage)
+    study.enqueue_trial({"b": 2})
+    events = []  # "P": a parameter row inserted, "C": a commit
+    sqlalchemy.event.listen(storage.engine, "commit", lambda conn: events.append("C"))
+    sqlalchemy.event.listen(storage.engine, "before_cursor_execute", lambda conn, cursor, sql, *rest: events.append(
+        "P" if sql.lstrip().upper().startswith("INSERT INTO TRIAL_PARAMS") else ""))
+    trial = study.ask()  # the enqueued one: a fixed value beside sampled ones
+    events.clear()
+    with params_in_one_transaction(trial):
+        values = (trial.suggest_int("a", 0, 3), trial.suggest_int("b", 0, 3), trial.suggest_categorical("c", ["x", "y"]))
+        assert study_storage(study).get_trial(trial_id(trial)).params == {}    # held until the block ends
+    written = "".join(events).strip("C")
+    assert written.count("P") == 3 and "C" not in written[written.index("P"):]  # one transaction, all three
+    assert values[1] == 2 and study.trials[0].params == dict(zip("abc", values)) == trial.params
+    assert study.trials[0].distributions["c"] == optuna.distributions.CategoricalDistribution(["x", "y"])
+
+    abandoned, clash, plain = study.ask(), study.ask(), study.ask()
+    with pytest.raises(RuntimeError), params_in_one_transaction(abandoned):     # an error: nothing written
+        abandoned.suggest_int("a", 0, 3)
+        raise RuntimeError("the storage went away")
+    with pytest.raises(ValueError), params_in_one_transaction(clash):           # checked as Optuna checks each
+        clash.suggest_int("b", 0, 3)
+        clash.suggest_categorical("a", ["p", "q"])                              # "a" is an int in this study
+    assert study.trials[1].params == study.trials[2].params == {}
+    events.clear()
+    plain.suggest_int("a", 0, 3)                                                # outside a block: Optuna's own write
+    assert "".join(events).count("P") == 1 and study.trials[3].params.keys() == {"a"}
+
+
+def test_parameters_held_in_one_transaction_only_on_tuners_storage():
+    from tuner.storage import params_in_one_transaction
+
+    study = optuna.create_study()  # in memory
+    trial = study.ask()
+    with params_in_one_transaction(trial):
+        x = trial.suggest_float("x", 0.0, 1.0)
+        assert study.trials[0].params == {"x": x}  # written at once, as Optuna does

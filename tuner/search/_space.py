@@ -19,6 +19,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 
 from tuner import knobs
 from tuner.spec import KnobSpace, StudySpec
+from tuner.storage import params_in_one_transaction
 
 __all__ = ["distribution", "suggest_params"]
 
@@ -38,14 +39,15 @@ def suggest_params(trial: optuna.Trial, spec: StudySpec) -> dict[str, Any]:
     its parent (num_workers before prefetch_factor)."""
     params: dict[str, Any] = {}
     by_name = {k.name: k for k in spec.space}
-    for knob in (by_name[n] for n in knobs.ordered(by_name)):
-        if not knobs.is_active(knob.name, params):
-            continue
-        dist = distribution(knob)
-        if isinstance(dist, CategoricalDistribution):
-            params[knob.name] = trial.suggest_categorical(knob.name, dist.choices)
-        elif isinstance(dist, IntDistribution):
-            params[knob.name] = trial.suggest_int(knob.name, dist.low, dist.high, step=dist.step, log=dist.log)
-        else:
-            params[knob.name] = trial.suggest_float(knob.name, dist.low, dist.high, step=dist.step, log=dist.log)
+    with params_in_one_transaction(trial):  # one write for all of them, not one per knob
+        for knob in (by_name[n] for n in knobs.ordered(by_name)):
+            if not knobs.is_active(knob.name, params):
+                continue
+            dist = distribution(knob)
+            if isinstance(dist, CategoricalDistribution):
+                params[knob.name] = trial.suggest_categorical(knob.name, dist.choices)
+            elif isinstance(dist, IntDistribution):
+                params[knob.name] = trial.suggest_int(knob.name, dist.low, dist.high, step=dist.step, log=dist.log)
+            else:
+                params[knob.name] = trial.suggest_float(knob.name, dist.low, dist.high, step=dist.step, log=dist.log)
     return params

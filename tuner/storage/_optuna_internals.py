@@ -16,10 +16,12 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
+import threading
 import warnings
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from typing import Any
 
 import optuna
@@ -27,9 +29,9 @@ import sqlalchemy
 from optuna.storages._rdb import models as _models
 from optuna.trial import FrozenTrial, TrialState
 
-__all__ = ["HeartbeatRDBStorage", "StudyView", "trial_id", "study_storage", "rdb_storage", "missing_internals",
-           "fail_stale_trials", "set_finished_trial_user_attrs", "write_trial", "study_id", "rdb_models",
-           "scoped_session"]
+__all__ = ["HeartbeatRDBStorage", "StudyView", "trial_id", "params_in_one_transaction", "study_storage", "rdb_storage",
+           "missing_internals", "fail_stale_trials", "set_finished_trial_user_attrs", "write_trial", "study_id",
+           "rdb_models", "scoped_session"]
 
 
 def trial_id(trial: optuna.Trial | FrozenTrial) -> int:
@@ -55,6 +57,15 @@ def scoped_session(storage: optuna.storages.RDBStorage) -> Any:
     """A session of the RDB storage that commits on exit and rolls back on error (Optuna's own)."""
     from optuna.storages._rdb.storage import _create_scoped_session
     return _create_scoped_session(storage.scoped_session)
+
+
+def params_in_one_transaction(trial: optuna.Trial) -> contextlib.AbstractContextManager[Any]:
+    """Around suggesting a trial's parameters: one transaction for all of them on tuner's
+    storage (Optuna writes one per parameter); a no-op on any other storage."""
+    backend = getattr(study_storage(trial.study), "_backend", None)
+    if isinstance(backend, HeartbeatRDBStorage):
+        return backend.params_held(trial_id(trial))
+    return contextlib.nullcontext()
 
 
 def rdb_storage(study: optuna.Study) -> Any:
@@ -184,6 +195,34 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
         if self.beats_when_running and frozen.state == TrialState.RUNNING:  # not an enqueued (WAITING) one
             self._first_beat(trial_id(frozen))
         return frozen
+
+    # Optuna's cache writes each parameter here, a transaction apiece: params_held makes them one
+    def _set_trial_param(self, trial_id: int, param_name: str, param_value_internal: float,
+                         distribution: Any, previous_distribution: Any) -> None:
+        held = self.__dict__.get("_held_params", {}).get(threading.get_ident())
+        if held is not None and held[0] == trial_id:
+            held[1].append((param_name, param_value_internal, distribution, previous_distribution))
+        else:
+            super()._set_trial_param(trial_id, param_name, param_value_internal, distribution, previous_distribution)
+
+    @contextlib.contextmanager
+    def params_held(self, trial_id_: int) -> Iterator[None]:
+        """Hold this thread's parameter writes to ``trial_id_``; write them in one transaction on
+        leaving, checked as Optuna checks each (none on an error: the trial is abandoned)."""
+        from optuna.storages._rdb.storage import _create_scoped_session
+
+        by_thread = self.__dict__.setdefault("_held_params", {})
+        me = threading.get_ident()
+        by_thread[me] = (trial_id_, [])
+        try:
+            yield
+            held = by_thread[me][1]
+        finally:
+            del by_thread[me]
+        if held:
+            with _create_scoped_session(self.scoped_session, True) as session:
+                for name, value, dist, previous in held:
+                    self._set_trial_param_without_commit(session, trial_id_, name, value, dist, previous)
 
     def record(self, trial_id_: int, *, steps: Sequence[tuple[int, float]] = (),
                user_attrs: dict[str, Any] | None = None, system_attrs: dict[str, Any] | None = None,
@@ -343,6 +382,8 @@ def missing_internals() -> list[str]:
               "Study._study_id": lambda: study._study_id,  # noqa: SLF001
               "Study._get_trials (what samplers read; StudyView)": lambda: study._get_trials(  # noqa: SLF001
                   deepcopy=False, states=None, use_cache=False),
+              "RDBStorage._set_trial_param(_without_commit) (params_in_one_transaction)": lambda: (
+                  optuna.storages.RDBStorage._set_trial_param, optuna.storages.RDBStorage._set_trial_param_without_commit),  # noqa: SLF001
               "RDBStorage's one-transaction writes (HeartbeatRDBStorage.record)": lambda: rdb.record(
                   trial._trial_id, steps=[(0, 1.0)], user_attrs={"checked": True})}  # noqa: SLF001
     missing = []
