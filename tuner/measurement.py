@@ -24,6 +24,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -51,14 +52,20 @@ class BatchMeansCI:
     """Degrees of freedom of the t-quantile: batches - 1."""
 
 
+@functools.lru_cache(maxsize=1024)
+def _t_quantile(q: float, df: int) -> float:
+    """Student's t quantile (SciPy's; a study asks for the same few thousands of times)."""
+    from scipy import stats
+
+    return float(stats.t.ppf(q, df))
+
+
 def batch_means_ci(values: Sequence[float], *, confidence: float = 0.95) -> BatchMeansCI | None:
     """The mean's CI from non-overlapping batch means; None with fewer than 4 values.
 
     Batch size ~ sqrt(n) (at least 1), giving ~sqrt(n) batches; t-quantile with batches - 1
     degrees of freedom.
     """
-    from scipy import stats
-
     n = len(values)
     if n < MIN_STEPS_FOR_CI:
         return None
@@ -70,7 +77,7 @@ def batch_means_ci(values: Sequence[float], *, confidence: float = 0.95) -> Batc
     mean = sum(values) / n
     var = sum((bm - mean) ** 2 for bm in batches) / (k - 1)
     se = max(math.sqrt(var / k), REL_SE_FLOOR * abs(mean))
-    half = float(stats.t.ppf(0.5 + confidence / 2, k - 1)) * se
+    half = _t_quantile(0.5 + confidence / 2, k - 1) * se
     return BatchMeansCI(mean=mean, low=mean - half, high=mean + half, se=se, df=k - 1)
 
 

@@ -59,7 +59,6 @@ def test_one_worker_runs_several_configs_and_charges_each_its_own_time(tmp_path)
     assert "worker_startup_gpu_seconds" not in second.extra
     for r in (first, second, oom, after):
         assert r.gpu_seconds == pytest.approx(2 * r.wall_seconds)
-    assert second.wall_seconds < first.wall_seconds                              # no start-up
     assert not alive(first.extra["pid"])                                          # close() stopped it
 
 

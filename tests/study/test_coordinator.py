@@ -303,3 +303,24 @@ def test_a_broken_launcher_leaves_no_running_trial(tmp_path, storage_url):
     assert study.trials[0].state == TrialState.FAIL
     assert "sbatch refused" in study.trials[0].user_attrs["message"]
     assert not [t for t in study.trials if t.state == TrialState.RUNNING]
+
+
+class BlasThreadsLauncher(FakeLauncher):
+    """Records how many BLAS threads the coordinator's process allows while a trial runs."""
+
+    def launch(self, request):
+        from threadpoolctl import threadpool_info
+
+        self.blas = {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+        return super().launch(request)
+
+
+def test_the_coordinator_runs_on_one_blas_thread_and_gives_the_rest_back(tmp_path):
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    spec = fast_spec(tmp_path)
+    launcher = BlasThreadsLauncher(spec)
+    with threadpool_limits(limits=2, user_api="blas"):  # as NumPy starts on a 2-core machine
+        run_study(spec, options(f"sqlite:///{tmp_path}/t.db", tmp_path, budget_gpu_seconds=20.0), launcher=launcher)
+        after = {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+    assert launcher.blas == {1} and after == {2}

@@ -71,6 +71,8 @@ class ModelGrid:
         """Each config's memory region (tuner.search.memory_region), as an index."""
         self._plans: dict[Any, Any] = {}
         self._plan_of: dict[tuple[int, float], tuple[Any, float] | None] = {}
+        self._row_keys: list[tuple[dict[str, Any], int]] | None = None
+        self._row_of = self._grad_accum = np.zeros(0)
 
     def _nccl_twins(self, nccl: dict[tuple[str, str], Any]) -> np.ndarray:
         out = np.full(len(self.configs), -1)
@@ -122,15 +124,17 @@ class ModelGrid:
 
     def tokens_per_gpu_step(self, mean_tokens: float) -> np.ndarray:
         """Non-padding tokens one GPU processes per optimizer step, for every config."""
-        rows: dict[tuple, float] = {}
-        out = np.empty(len(self.full))
-        for i, f in enumerate(self.full):
-            key = (f["padding"], int(f["micro_batch"]))
-            if key not in rows:
-                inp = model.spec_model_inputs(f, self.spec, mean_tokens=mean_tokens)
-                rows[key] = inp.seq_len * inp.padding_efficiency * key[1]
-            out[i] = rows[key] * int(f["grad_accum"])
-        return out
+        if self._row_keys is None:  # once: each config's (padding, micro_batch) row, its grad_accum
+            first: dict[tuple, tuple[int, dict[str, Any]]] = {}
+            self._row_of = np.array([first.setdefault((f["padding"], int(f["micro_batch"])), (len(first), f))[0]
+                                     for f in self.full], dtype=int)
+            self._row_keys = [(f, key[1]) for key, (_, f) in first.items()]
+            self._grad_accum = np.array([int(f["grad_accum"]) for f in self.full], dtype=float)
+        rows = np.empty(len(self._row_keys))
+        for j, (f, micro_batch) in enumerate(self._row_keys):
+            inp = model.spec_model_inputs(f, self.spec, mean_tokens=mean_tokens)
+            rows[j] = inp.seq_len * inp.padding_efficiency * micro_batch
+        return rows[self._row_of] * self._grad_accum
 
     def plan(self, i: int, mean_tokens: float) -> tuple[Any, float] | None:
         """(helper StepPlan, padding efficiency) of candidate i, or None when NCCL cannot run it.

@@ -25,6 +25,7 @@ from typing import Any
 
 import optuna
 from optuna.trial import TrialState
+from threadpoolctl import threadpool_limits
 
 import tuner.study._spool as spool
 from tuner import budget
@@ -111,6 +112,15 @@ def run_study(spec: StudySpec, options: RunOptions,
     Ctrl-C stops the running trial, records it as FAIL with its GPU time, enqueues its config
     again so the next run resumes with it, and re-raises KeyboardInterrupt.
     """
+    # One BLAS thread: the coordinator's linear algebra is small (the sampler's GP over a few
+    # hundred trials), and more threads only spin (the 7B rehearsal: 58 CPU s against 23 s,
+    # docs/benchmarks.md). Trials are other processes: their threads are their own.
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _run_study(spec, options, on_event, launcher)
+
+
+def _run_study(spec: StudySpec, options: RunOptions, on_event: Callable[[TrialEvent], None] | None,
+               launcher: Launcher | None) -> RunSummary:
     emit = on_event or (lambda event: None)
     name = options.study_name or spec.study.name
     problem = study_name_problem(name)
