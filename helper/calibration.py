@@ -15,7 +15,6 @@ see its ``provenance``); ``tuner distill`` writes the same format from finished 
 
 from __future__ import annotations
 
-import copy
 import functools
 import json
 import math
@@ -180,7 +179,7 @@ def load_calibration(path: str | Path | None = None) -> dict[str, Any]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"calibration {p}: not JSON ({exc.msg} at line {exc.lineno})") from None
-    return copy.deepcopy(_validate(data, f"calibration {p}"))
+    return _validate(data, f"calibration {p}")  # json.loads made it: the caller's own copy
 
 
 def _as_calibration(calibration: dict[str, Any] | str | Path | None) -> dict[str, Any]:

@@ -21,10 +21,15 @@ from __future__ import annotations
 import os
 import shutil
 
-import pytest
+# README's command runs three test workers on two cores: a BLAS or OpenMP pool per process (and
+# per subprocess: `tuner`, torchrun) only spins. Set before anything imports NumPy or torch.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
-from tests import pg
-from tests import slurm_cluster as slurm
+import pytest  # noqa: E402
+
+from tests import pg  # noqa: E402
+from tests import slurm_cluster as slurm  # noqa: E402
 
 _PG_FIXTURES = {"pg_url", "compose_pg", "private_db_url"}
 # Fixtures that start processes: a test using one is slow.

@@ -44,3 +44,11 @@ def test_extrapolation_is_flagged_in_the_source():
     assert "extrapolated" not in suggest_config("7b", 32, "52k")["source"]
     assert "extrapolated: model size" in suggest_config("405b", 512, "52k")["source"]
     assert "extrapolated" in suggest_config("7b", 8, "52k", gpu="H200-141GB")["source"]   # no H200 data
+
+
+def test_each_load_is_the_callers_own_copy():
+    cal = load_calibration()
+    cal["constants"]["default"]["mfu_dense"] = 123.0
+    cal["source"] = "changed by a caller"
+    again = load_calibration()
+    assert again["constants"]["default"].get("mfu_dense") != 123.0 and again["source"] != "changed by a caller"

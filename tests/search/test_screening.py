@@ -3,6 +3,7 @@
 import dataclasses
 
 import optuna
+import pytest
 from optuna.trial import TrialState, create_trial
 
 from tuner.search import distribution, memory_ratio_low, nccl_problem, predicted_memory_gb, screen
@@ -244,3 +245,22 @@ def test_a_proposal_as_cheap_as_its_regions_probe_is_the_probe_and_runs():
     assert screen(study, spec, complete_params(ACCUM, spec)) is None
     assert [p["params"]["grad_accum"] for p in study.user_attrs[PROBES_ATTR]] == [8]
     assert not [t for t in study.get_trials() if t.state == TrialState.WAITING]
+
+
+def test_memory_ratio_low_predicts_each_trial_once_per_spec(monkeypatch):
+    import tuner.search._screening as screening
+
+    spec, other = _spec(SPEC_13B), _spec(SPEC_1B)
+    study = _study()
+    for mb in (1, 2):
+        params = {**OK, "micro_batch": mb}
+        _add(study, spec, params, "ok", 4000.0,
+             peak_mem_gib=0.5 * predicted_memory_gb(spec, complete_params(params, spec)) * 1e9 / 2**30)
+    calls = []
+    real = screening.predicted_memory_gb
+    monkeypatch.setattr(screening, "predicted_memory_gb", lambda s, p: calls.append(s) or real(s, p))
+    first = memory_ratio_low(study.get_trials(), spec)
+    assert first == memory_ratio_low(study.get_trials(), spec) == pytest.approx(0.95 * 0.5, rel=1e-3)
+    assert len(calls) == 2                                   # each trial once, not once a screen
+    memory_ratio_low(study.get_trials(), other)              # another spec predicts for itself
+    assert calls[2:] == [other, other]

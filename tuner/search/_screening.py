@@ -124,12 +124,21 @@ def nccl_problem(spec: StudySpec, nccl_algo: str, nccl_proto: str) -> tuple[str,
                               nccl_algo=nccl_algo, nccl_proto=nccl_proto)
 
 
+_MEMO: list[tuple[StudySpec, dict[str, float | None]]] = []
+"""The last few specs' predictions by trial params: every screen reads every ok trial's."""
+
+
 def memory_ratio_low(trials: list[optuna.trial.FrozenTrial], spec: StudySpec) -> float:
     """The lowest plausible measured/predicted peak ratio (see the module doc)."""
     ratios = []
+    memo = next((m for s, m in _MEMO if s is spec), None)
+    if memo is None:
+        _MEMO[:] = [(spec, memo := {}), *_MEMO[:3]]
     for t in trials:
         if t.state == TrialState.COMPLETE and t.user_attrs.get("status") == "ok" and t.user_attrs.get("peak_mem_gib"):
-            pred = predicted_memory_gb(spec, _complete(t.params, spec))
+            if (key := repr(sorted(t.params.items()))) not in memo:
+                memo[key] = predicted_memory_gb(spec, _complete(t.params, spec))
+            pred = memo[key]
             if pred:
                 ratios.append(t.user_attrs["peak_mem_gib"] * _GB_PER_GIB / pred)
     return 0.95 * min(ratios) if ratios else 1 / PRIOR_MEMORY_MARGIN
