@@ -58,6 +58,29 @@ def test_each_invariant_breach_is_reported(tmp_path):
     assert "spent 20 GPU-s of 5 (+ one trial: 10)" in over          # over by more than one trial
 
 
+def test_a_result_lost_only_when_a_kill_met_a_full_spool_is_told_apart(tmp_path):
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    study = optuna.create_study(study_name="chaos", storage=url, direction="maximize")
+    dist = {"x": CategoricalDistribution([1, 2, 3])}
+    for x in (1, 2, 3):   # trials 0-2: failed as stale by a peer, charged their last beat
+        study.add_trial(create_trial(state=TrialState.FAIL, params={"x": x}, distributions=dist,
+                                     user_attrs={"status": "lost", "message": "m", "gpu_seconds": 4.0}))
+    log = tmp_path / "log"
+    log.mkdir()
+
+    def received(number, pid, spooled, t):
+        return json.dumps({"event": "received", "number": number, "pid": pid, "status": "ok", "gpu_seconds": 9.0,
+                           "spooled": spooled, "t": t}) + "\n"
+
+    # 0: the full spool refused it (twice: a retry tries again), then its coordinator was killed;
+    # 1: spooled, then killed (replay must have recorded it); 2: not spooled, never killed
+    (log / "7.jsonl").write_text(received(0, 7, False, 100.0) + received(0, 7, False, 101.0) + received(1, 7, True, 90.0))
+    (log / "8.jsonl").write_text(received(2, 8, False, 100.0))
+    found = check_invariants(url, "chaos", 100.0, tmp_path / "runs", log, killed=[(7, 102.0), (8, 50.0)])
+    assert found["killed_holding_an_unspooled_result"] == [0]
+    assert sorted(v.split("'")[0] for v in found["violations"]) == ["trial 1", "trial 2"]   # one line each
+
+
 @pytest.mark.slow
 @pytest.mark.postgres
 def test_a_short_seeded_chaos_run_breaks_no_invariant(tmp_path):
