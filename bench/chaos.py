@@ -19,7 +19,8 @@ runs real CPU trials (studies/quickstart.toml). When the schedule ends, the faul
 killed coordinators are restarted once more, and every coordinator runs to the budget's end.
 Then the invariants are checked on the study (``check_invariants``): no trial RUNNING or
 WAITING; no finished result lost (spool empty, every result a coordinator received recorded
-once); GPU-seconds charged once per run; spend within the budget plus one trial; no live
+once, except one whose coordinator was killed while the spool's disk was full: reported apart,
+its trial `lost` and retried); GPU-seconds charged once per run; spend within the budget plus one trial; no live
 trial failed by a peer; every FAIL with a status and a message; each config's retries
 bounded. It prints one table row per seeded run.
 
