@@ -1,10 +1,10 @@
 """The 7B rehearsal end to end, timed: `tuner run` on the sim launcher, `tuner analyze`, `tuner report`.
 
-Each command runs as a user runs it (a fresh process, its own SQLite file), under
-`resource.getrusage` for its CPU seconds. ``--compare DIR`` times another checkout of tuner the
-same way first, so the two rows are measured side by side on the same machine state; each
-checkout's commands run from its own directory (``python -m`` puts the working directory ahead
-of PYTHONPATH). A markdown table; the load average is printed with it.
+Each command runs as a user runs it (a fresh process, its own SQLite file), timed by
+bench/analysis_scaling.py's ``timed`` (wall seconds, the child's CPU seconds). ``--compare DIR``
+times another checkout of tuner the same way first, so the two rows are measured side by side
+on the same machine state; each checkout's commands run from its own directory (``python -m``
+puts the working directory ahead of PYTHONPATH). A markdown table, with the load average.
 
     python bench/rehearsal_time.py                                   # this checkout, 40 GPU-h
     python bench/rehearsal_time.py --compare /path/to/other/checkout
@@ -15,32 +15,27 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.analysis_scaling import timed  # noqa: E402  (a command in a fresh process, from its checkout)
+
 STUDY = "studies/llama7b-h100x32.toml"
 NAME = "llama7b-h100x32-sim"
 
 __all__ = ["time_rehearsal", "main"]
 
 
-def _timed(cmd: list[str], cwd: Path, log: Path) -> tuple[float, float]:
-    """(wall s, CPU s of the child) of one command; raises with its log's tail if it fails."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    with log.open("w") as out:
-        done = subprocess.run(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                              env={**os.environ, "PYTHONPATH": str(cwd)})
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd[2:4])} failed (exit {done.returncode}) in {cwd}:\n{log.read_text()[-2000:]}")
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+def _timed(cmd: list[str], checkout: Path) -> tuple[float, float]:
+    """(wall s, CPU s) of one command run on ``checkout``'s code; raises if it fails."""
+    wall, cpu, code = timed(cmd, str(checkout))
+    if code != 0:
+        raise RuntimeError(f"{' '.join(cmd[2:4])} failed (exit {code}) in {checkout} (its stderr above)")
+    return wall, cpu
 
 
 def time_rehearsal(checkout: Path, budget: str, folder: Path) -> dict[str, tuple[float, float]]:
@@ -50,11 +45,9 @@ def time_rehearsal(checkout: Path, budget: str, folder: Path) -> dict[str, tuple
     tuner = [sys.executable, "-m", "tuner.cli"]
     return {
         "run": _timed([*tuner, "run", "--study", STUDY, "--launcher", "sim", "--budget", budget, "--storage", db,
-                       "--runs-dir", str(folder / "runs")], checkout, folder / "run.log"),
-        "analyze": _timed([*tuner, "analyze", "--study-name", NAME, "--storage", db, "--out", str(out)],
-                          checkout, folder / "analyze.log"),
-        "report": _timed([*tuner, "report", "--study-name", NAME, "--storage", db, "--out", str(out)],
-                         checkout, folder / "report.log"),
+                       "--runs-dir", str(folder / "runs")], checkout),
+        "analyze": _timed([*tuner, "analyze", "--study-name", NAME, "--storage", db, "--out", str(out)], checkout),
+        "report": _timed([*tuner, "report", "--study-name", NAME, "--storage", db, "--out", str(out)], checkout),
     }
 
 
