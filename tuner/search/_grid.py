@@ -62,17 +62,23 @@ class ModelGrid:
                               np.array([bool(f["activation_checkpointing"]) for f in self.full]),
                               np.array([int(f["grad_accum"]) > 1 for f in self.full]),
                               np.array([str(f["padding"]) for f in self.full]))
-        rows: dict[tuple, int] = {}
-        self.row_len = np.array([rows.setdefault((f["padding"], f["micro_batch"]),
-                                                 model.spec_model_inputs(f, spec).seq_len) for f in self.full])
+        # configs by (padding, micro_batch): what a row of data and a micro-batch hold depend on them alone
+        firsts: dict[tuple, int] = {}
+        keys = [(f["padding"], int(f["micro_batch"])) for f in self.full]
+        for i, key in enumerate(keys):
+            firsts.setdefault(key, i)
+        slot = {key: j for j, key in enumerate(firsts)}
+        self._row_of = np.array([slot[key] for key in keys], dtype=int)
+        self._row_first = list(firsts.values())
+        """Each config's (padding, micro_batch) group, and each group's first config."""
+        self._grad_accum = np.array([int(f["grad_accum"]) for f in self.full], dtype=float)
+        self.row_len = np.array([model.spec_model_inputs(self.full[i], spec).seq_len for i in self._row_first])[self._row_of]
         """Each config's computed row length (screening's OOM rule compares them)."""
         names = sorted({memory_region(f) for f in self.full})
         self.regions = np.array([names.index(memory_region(f)) for f in self.full])
         """Each config's memory region (tuner.search.memory_region), as an index."""
         self._plans: dict[Any, Any] = {}
         self._plan_of: dict[tuple[int, float], tuple[Any, float] | None] = {}
-        self._row_keys: list[tuple[dict[str, Any], int]] | None = None
-        self._row_of = self._grad_accum = np.zeros(0)
 
     def _nccl_twins(self, nccl: dict[tuple[str, str], Any]) -> np.ndarray:
         out = np.full(len(self.configs), -1)
@@ -124,16 +130,10 @@ class ModelGrid:
 
     def tokens_per_gpu_step(self, mean_tokens: float) -> np.ndarray:
         """Non-padding tokens one GPU processes per optimizer step, for every config."""
-        if self._row_keys is None:  # once: each config's (padding, micro_batch) row, its grad_accum
-            first: dict[tuple, tuple[int, dict[str, Any]]] = {}
-            self._row_of = np.array([first.setdefault((f["padding"], int(f["micro_batch"])), (len(first), f))[0]
-                                     for f in self.full], dtype=int)
-            self._row_keys = [(f, key[1]) for key, (_, f) in first.items()]
-            self._grad_accum = np.array([int(f["grad_accum"]) for f in self.full], dtype=float)
-        rows = np.empty(len(self._row_keys))
-        for j, (f, micro_batch) in enumerate(self._row_keys):
-            inp = model.spec_model_inputs(f, self.spec, mean_tokens=mean_tokens)
-            rows[j] = inp.seq_len * inp.padding_efficiency * micro_batch
+        rows = np.empty(len(self._row_first))
+        for j, i in enumerate(self._row_first):
+            inp = model.spec_model_inputs(self.full[i], self.spec, mean_tokens=mean_tokens)
+            rows[j] = inp.seq_len * inp.padding_efficiency * int(self.full[i]["micro_batch"])
         return rows[self._row_of] * self._grad_accum
 
     def plan(self, i: int, mean_tokens: float) -> tuple[Any, float] | None:
