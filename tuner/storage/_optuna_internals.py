@@ -199,7 +199,7 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
     # Optuna's cache writes each parameter here, a transaction apiece: params_held makes them one
     def _set_trial_param(self, trial_id: int, param_name: str, param_value_internal: float,
                          distribution: Any, previous_distribution: Any) -> None:
-        held = self.__dict__.get("_held_params", {}).get(threading.get_ident())
+        held = self.__dict__.get("_held_params", {}).get(threading.get_ident())  # set by params_held only
         if held is not None and held[0] == trial_id:
             held[1].append((param_name, param_value_internal, distribution, previous_distribution))
         else:
