@@ -58,3 +58,17 @@ def test_warmup_leak_is_detected_and_dropped():
     flat = [step_series(rng, "ar1-0", 8, 1000.0) for _ in range(30)]
     cis = study_trial_cis([r for r, _, _ in flat], [s for _, s, _ in flat])
     assert np.mean([c.warmup_steps > 0 for c in cis]) < 0.1
+
+
+def test_series_of_one_length_at_once_give_each_series_own_terms():
+    from tuner.stats._trial_ci import _reml_quads, _reml_terms
+
+    rng = np.random.default_rng(2)
+    series = [rng.normal(size=n) for n in (8, 5, 8, 12, 5, 8)]
+    lengths = np.array([len(u) for u in series])
+    by_length = {int(n): (np.flatnonzero(lengths == n), np.array([series[i] for i in np.flatnonzero(lengths == n)]))
+                 for n in np.unique(lengths)}
+    quads, logdet = _reml_quads(by_length, len(series), 0.4)
+    terms = [_reml_terms(u, 0.4) for u in series]
+    assert quads.tolist() == pytest.approx([q for _, q, _ in terms], rel=1e-12)
+    assert logdet == pytest.approx(sum(ld for ld, _, _ in terms), rel=1e-12)

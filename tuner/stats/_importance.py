@@ -25,7 +25,9 @@ How (and why):
   once, so the chance that any knob without an effect is called one stays <= 5%);
   ``vs_placebo_ci95`` is the plain 95% interval.
 - **CIs.** ``scipy.stats.bootstrap`` over trials (BCa, 200 resamples by default; Efron 1987),
-  refitting the surrogate each time (with the penalty the full data chose).
+  refitting the surrogate each time (with the penalty the full data chose). The resamples
+  and one jackknife serve both levels (95% and the Bonferroni one) through tuner.stats'
+  ``bca_limits``, scipy's formulas: scipy would refit the jackknife for each level.
 """
 
 from __future__ import annotations
@@ -95,6 +97,7 @@ class _Indices:
                 todo.extend(kids[knobs[c]])
             self.blocks.append(block)
         self.conditional = [_parent(k, knobs) is not None for k in knobs]
+        self._affected: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     def design(self, x: np.ndarray) -> np.ndarray:
         """Each knob's level and each pair's joint level, as codes to one-hot encode."""
@@ -103,19 +106,29 @@ class _Indices:
         pairs = [(x[:, i] + 1) * width + (x[:, j] + 1) for i in range(k) for j in range(i + 1, k)]
         return np.column_stack([x, *pairs]) if pairs else x
 
-    def design_cols(self, x: np.ndarray, cols: Sequence[int]) -> np.ndarray:
-        """The columns ``cols`` of :meth:`design` alone."""
-        k = x.shape[1]
-        width = float(np.max(self.x_all) + 2) if self.x_all.size else 1.0
-        pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]
-        return np.column_stack([x[:, c] if c < k else (x[:, pairs[c - k][0]] + 1) * width + (x[:, pairs[c - k][1]] + 1)
-                                for c in cols])
+    def affected(self, j: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The design's columns that involve a knob of block j (its main effects and pairs), and
+        each one's knobs: (columns, first knob, second knob or -1 for a main effect)."""
+        if j not in self._affected:
+            block = set(self.blocks[j])
+            pairs = [(a, b) for a in range(k) for b in range(a + 1, k)]
+            cols = sorted(block) + [k + p for p, (a, b) in enumerate(pairs) if a in block or b in block]
+            first = [c if c < k else pairs[c - k][0] for c in cols]
+            second = [-1 if c < k else pairs[c - k][1] for c in cols]
+            self._affected[j] = (np.array(cols), np.array(first), np.array(second))
+        return self._affected[j]
 
-    def affected(self, j: int, k: int) -> list[int]:
-        """The design's columns that involve a knob of block j (its main effects and pairs)."""
-        block = set(self.blocks[j])
-        pairs = [(a, b) for a in range(k) for b in range(a + 1, k)]
-        return sorted(block) + [k + p for p, (a, b) in enumerate(pairs) if a in block or b in block]
+    def design_cols(self, x: np.ndarray, j: int) -> np.ndarray:
+        """The columns of :meth:`design` that involve block j (:meth:`affected`), alone, for
+        integer levels ``x`` (the same values as :meth:`design`'s)."""
+        k = x.shape[1]
+        width = int(np.max(self.x_all) + 2) if self.x_all.size else 1
+        _, first, second = self.affected(j, k)
+        mains = len(self.blocks[j])   # affected lists the block's own columns first, then pairs
+        out = np.empty((len(x), len(first)), np.int64)
+        out[:, :mains] = x[:, first[:mains]]
+        out[:, mains:] = (x[:, first[mains:]] + 1) * width + (x[:, second[mains:]] + 1)
+        return out
 
     def fit(self, x: np.ndarray, y: np.ndarray) -> Surrogate:
         if self.cats is None:
@@ -133,48 +146,36 @@ class _Indices:
         rng = np.random.default_rng(self.seed)
         flat, bases, lens = self.table
         beta = np.append(model.beta, 0.0)   # position -1 reads the appended 0
-        contrib = beta[model.positions(x)]   # each design column's share of each prediction
+        contrib = beta[model.train_positions]   # each design column's share of each prediction
         f = contrib.sum(axis=1) + model.intercept
         var = float(np.var(f))
-        spans, preds_parts = [], []
+        total, first = np.zeros(k), np.zeros(k)
+        xi = x.astype(np.int64)
         for j in range(k):
             rows = np.flatnonzero(x[:, j] >= 0) if self.conditional[j] else np.arange(n)
-            batch = []
-            for _ in range(_N_PERMS):
-                if len(rows) < 2:
-                    break
-                donor = rows[rng.permutation(len(rows))]
-                xt = x[rows].copy()
-                xt[:, self.blocks[j]] = x[donor][:, self.blocks[j]]
-                batch.append(xt)
-                spans.append((j, rows, donor))
-            if batch:
-                # only the columns involving block j change: the rest of each prediction is f's
-                cols = np.array(self.affected(j, k))
-                codes = self.design_cols(np.vstack(batch), cols).astype(np.int64) + 1
-                pos = flat[bases[cols] + np.minimum(codes, lens[cols] - 1)]
-                pos[codes >= lens[cols]] = -1
-                kept = np.tile(f[rows] - contrib[rows][:, cols].sum(axis=1), len(batch))
-                preds_parts.append(kept + beta[pos].sum(axis=1))
-        preds = np.concatenate(preds_parts) if preds_parts else np.array([])
-        total, first = np.zeros(k), np.zeros(k)
-        counts = np.zeros(k)
-        pos = 0
-        for j, rows, donor in spans:
             m = len(rows)
-            ft = preds[pos:pos + m]
-            pos += m
+            if m < 2:
+                continue
+            # _N_PERMS donors for the block, stacked: A with block j from B (Jansen's estimator)
+            donor = np.concatenate([rows[rng.permutation(m)] for _ in range(_N_PERMS)])
+            xt = xi[np.tile(rows, _N_PERMS)]
+            xt[:, self.blocks[j]] = xi[donor[:, None], self.blocks[j]]
+            # only the columns involving block j change: the rest of each prediction is f's
+            cols = self.affected(j, k)[0]
+            codes = self.design_cols(xt, j) + 1
+            pos = flat[bases[cols] + np.minimum(codes, lens[cols] - 1)]
+            pos[codes >= lens[cols]] = -1
+            kept = np.tile(f[rows] - contrib[rows][:, cols].sum(axis=1), _N_PERMS)
+            ft = (kept + beta[pos].sum(axis=1)).reshape(_N_PERMS, m)
             # Jansen: f(A) vs A with block j from B shares all but j -> total effect of j;
             # f(B) vs the same point shares only j -> V minus the first-order effect of j
-            total[j] += np.mean((f[rows] - ft) ** 2) / 2 * (m / n)
-            first[j] += np.mean((f[donor] - ft) ** 2) / 2 * (m / n)
-            counts[j] += 1
-        counts[counts == 0] = 1
+            total[j] = np.mean((f[rows] - ft) ** 2) / 2 * (m / n)
+            first[j] = np.mean((f[donor].reshape(_N_PERMS, m) - ft) ** 2) / 2 * (m / n)
         if var <= 0:
             return np.concatenate([np.zeros(k), np.zeros(k), [0.0]])
-        total = total / counts / var
+        total = total / var
         first = np.clip((np.array([len(np.flatnonzero(x[:, j] >= 0)) / n if self.conditional[j] else 1.0
-                                   for j in range(k)]) * var - first / counts) / var, 0.0, None)
+                                   for j in range(k)]) * var - first) / var, 0.0, None)
         return np.concatenate([np.clip(total, 0.0, None), np.minimum(first, total), [model.r2]])
 
 
@@ -235,43 +236,20 @@ def _bootstrapped(calc: _Indices, x: np.ndarray, y: np.ndarray, ok: Sequence[Tri
     # "matters" is decided for every knob at once: each difference's interval at 1 - 5%/knobs
     # (Bonferroni), so that the chance any knob without an effect is called one stays <= 5%
     strict_level = 1 - (1 - CONFIDENCE) / max(1, k - 1)
-    if n_boot > 0 and len(ok) > JACKKNIFE_EXACT_MAX:
+    if n_boot > 0:
+        # one bootstrap distribution and one jackknife serve both levels (scipy's BCa would
+        # refit the jackknife for each); bca_limits applies scipy's BCa formulas, and where BCa
+        # is undefined for a component (resamples nearly all equal: a knob the surrogate
+        # ignores) the percentile interval of the same resamples
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
             res = stats.bootstrap((np.arange(len(ok)),), statistic, vectorized=False, method="percentile",
                                   n_resamples=n_boot, random_state=np.random.default_rng(seed + 1))
             dist = np.asarray(res.bootstrap_distribution)
-            jack = grouped_jackknife(statistic, len(ok), JACKKNIFE_GROUPS, seed)
+            groups = len(ok) if len(ok) <= JACKKNIFE_EXACT_MAX else JACKKNIFE_GROUPS
+            jack = grouped_jackknife(statistic, len(ok), groups, seed)
             lo, hi = bca_limits(dist, point, jack, CONFIDENCE)
             strict_lo = bca_limits(dist, point, jack, strict_level)[0] if k > 2 else lo
-    elif n_boot > 0:
-        def interval(level: float, previous: Any = None) -> tuple[np.ndarray, np.ndarray, Any]:
-            more = {"n_resamples": 0, "bootstrap_result": previous} if previous is not None else {"n_resamples": n_boot}
-            for method in ("BCa", "percentile"):   # BCa undefined (a degenerate resample): percentile
-                try:
-                    res = stats.bootstrap((np.arange(len(ok)),), statistic, vectorized=False, method=method,
-                                          confidence_level=level, random_state=np.random.default_rng(seed + 1),
-                                          **more)
-                    break
-                except Exception:
-                    if method == "percentile":
-                        raise
-            low, high = res.confidence_interval.low, res.confidence_interval.high
-            # BCa is undefined for a component whose resamples are nearly all equal (a knob the
-            # surrogate ignores): the percentile interval of the same resamples there
-            dist = np.asarray(res.bootstrap_distribution)
-            bad = ~np.isfinite(low) | ~np.isfinite(high)
-            if bad.any():
-                low = np.where(bad, np.nanpercentile(dist, 50 * (1 - level), axis=-1), low)
-                high = np.where(bad, np.nanpercentile(dist, 100 - 50 * (1 - level), axis=-1), high)
-            # a CI always holds its own point estimate (BCa can exclude it when the estimate sits
-            # at a bound, e.g. 0)
-            return np.minimum(low, point), np.maximum(high, point), res
-
-        with warnings.catch_warnings(), np.errstate(all="ignore"):
-            warnings.simplefilter("ignore")
-            lo, hi, res = interval(CONFIDENCE)
-            strict_lo = interval(strict_level, res)[0] if k > 2 else lo
 
     method = ("BCa" if len(ok) <= JACKKNIFE_EXACT_MAX
               else f"BCa with a grouped jackknife ({JACKKNIFE_GROUPS} groups) for the acceleration")

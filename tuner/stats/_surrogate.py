@@ -48,19 +48,30 @@ class Surrogate:
         self.offsets = np.cumsum([0, *(len(c) for c in cats)])
         if table is not None:
             self._table = table
-        f = self.onehot(x)
-        self.f_mean, self.y_mean = f.mean(axis=0), float(y.mean())
-        fc, yc = f - self.f_mean, y - self.y_mean
-        n, p = fc.shape
+        n, p = len(x), int(self.offsets[-1])
+        # a one-hot matrix's products are counts, exact in float32 below 2**24 rows
+        self.train_positions = self.positions(x)
+        f = self._onehot(self.train_positions, np.float32 if len(alphas) == 1 and p < n < 2**24 else np.float64)
+        self.f_mean, self.y_mean = f.mean(axis=0, dtype=np.float64), float(y.mean())
+        yc = y - self.y_mean
         if len(alphas) == 1:
             # a resample refit with the penalty already chosen: no leave-one-out search, so one
-            # Cholesky solve in the smaller of the two spaces (the same ridge solution as below)
+            # Cholesky solve in the smaller of the two spaces (the same ridge solution as below).
+            # With more trials than columns the centred Gram matrix is f'f - n m m' (no centred
+            # copy of f; f'f in float32 is exact and twice as fast), and f'yc = fc'yc as yc sums to 0
             from scipy.linalg import cho_factor, cho_solve
 
             self.alpha = float(alphas[0])
-            gram = fc.T @ fc if n > p else fc @ fc.T
+            if n > p:
+                gram = (f.T @ f).astype(np.float64)
+                gram -= (n * self.f_mean)[:, None] * self.f_mean
+                seen = self.train_positions >= 0
+                rhs = np.bincount(self.train_positions[seen], np.broadcast_to(yc[:, None], seen.shape)[seen],
+                                  minlength=p)
+            else:
+                fc = f - self.f_mean
+                gram, rhs = fc @ fc.T, yc
             gram[np.diag_indices_from(gram)] += self.alpha
-            rhs = fc.T @ yc if n > p else yc
             try:
                 sol = cho_solve(cho_factor(gram, check_finite=False), rhs, check_finite=False)
             except np.linalg.LinAlgError:   # alpha > 0 keeps it positive definite; rounding aside
@@ -69,6 +80,7 @@ class Surrogate:
             self.intercept = self.y_mean - float(self.f_mean @ self.beta)
             self.r2 = math.nan
             return
+        fc = f - self.f_mean
         if n <= p:  # the n x n Gram matrix's eigenvectors are fc's left singular vectors
             ev, u = np.linalg.eigh(fc @ fc.T)
             sv2 = np.clip(ev, 0.0, None)
@@ -106,9 +118,11 @@ class Surrogate:
         return out
 
     def onehot(self, x: np.ndarray) -> np.ndarray:
-        pos = self.positions(x)
-        f = np.zeros((len(x), int(self.offsets[-1])))
-        rows = np.repeat(np.arange(len(x)), pos.shape[1])
+        return self._onehot(self.positions(x), np.float64)
+
+    def _onehot(self, pos: np.ndarray, dtype) -> np.ndarray:
+        f = np.zeros((len(pos), int(self.offsets[-1])), dtype)
+        rows = np.repeat(np.arange(len(pos)), pos.shape[1])
         flat = pos.ravel()
         f[rows[flat >= 0], flat[flat >= 0]] = 1.0
         return f

@@ -173,6 +173,19 @@ def _reml_terms(u: np.ndarray, phi: float) -> tuple[float, float, int]:
     return logdet, float(e @ ci @ e), n - 1
 
 
+def _reml_quads(by_length: dict[int, tuple[np.ndarray, np.ndarray]], count: int,
+                phi: float) -> tuple[np.ndarray, float]:
+    """:func:`_reml_terms` of many series at once, those of one length as one matrix: (each
+    series' quadratic form, in the series' order; the sum of their log det terms)."""
+    quads, logdet = np.empty(count), 0.0
+    for n, (where, u) in by_length.items():
+        ci, ld, a = _ar1_inverse(n, phi)
+        e = u - ((u @ ci.sum(axis=0)) / a)[:, None]
+        quads[where] = np.einsum("ij,jk,ik->i", e, ci, e)
+        logdet += ld * len(where)
+    return quads, logdet
+
+
 def pooled_noise(residual_series: Sequence[np.ndarray]) -> NoiseModel | None:
     """REML AR(1) phi and variances over trials' relative residual series; None if too few."""
     series = [np.asarray(u, float) for u in residual_series if len(u) >= _MIN_STEPS]
@@ -180,15 +193,19 @@ def pooled_noise(residual_series: Sequence[np.ndarray]) -> NoiseModel | None:
         return None
     df_total = sum(len(u) - 1 for u in series)
     grid = _PHI_GRID if any(len(u) >= 3 for u in series) else np.array([0.0])
-    lls, sigmas = [], []
+    lengths = np.array([len(u) for u in series])
+    by_length = {int(n): (np.flatnonzero(lengths == n), np.array([series[i] for i in np.flatnonzero(lengths == n)]))
+                 for n in np.unique(lengths)}
+    lls, sigmas, quads_at = [], [], []
     for phi in grid:
-        terms = [_reml_terms(u, float(phi)) for u in series]
-        quad = sum(q for _, q, _ in terms)
+        quads, logdet = _reml_quads(by_length, len(series), float(phi))
+        quad = float(quads.sum())
         if quad <= 0:
             return NoiseModel(phi=0.0, rel_var=0.0, df_prior=math.inf, n_trials=len(series), df_total=df_total)
         sigma2 = quad / df_total
-        lls.append(-0.5 * (sum(ld for ld, _, _ in terms) + df_total * math.log(sigma2)))
+        lls.append(-0.5 * (logdet + df_total * math.log(sigma2)))
         sigmas.append(sigma2)
+        quads_at.append(quads)
     lls_a = np.array(lls)
     i = int(np.argmax(lls_a))
     phi, sigma2 = float(grid[i]), sigmas[i]
@@ -205,8 +222,8 @@ def pooled_noise(residual_series: Sequence[np.ndarray]) -> NoiseModel | None:
         # its spread over phi's likelihood plus sigma^2's own chi-square spread
         var_v = float(w @ (v - mean_v) ** 2) + 2 * mean_v**2 / df_total
         df_mean_var[n] = 2 * mean_v**2 / var_v if var_v > 0 else math.inf
-    own = np.array([_reml_terms(u, phi)[1] / (len(u) - 1) for u in series])
-    dfs = np.array([len(u) - 1 for u in series], float)
+    dfs = (lengths - 1).astype(float)
+    own = quads_at[i] / dfs
     return NoiseModel(phi=phi, rel_var=sigma2, df_prior=_prior_df(own, dfs), n_trials=len(series),
                       df_total=df_total, phi_inflation=inflation, df_mean_var=df_mean_var)
 
