@@ -119,9 +119,8 @@ def evidence_gp(x_obs: np.ndarray, y_obs: np.ndarray, m_obs: np.ndarray, x_cand:
 
 
 def _evidence_kernel(a: np.ndarray, b: np.ndarray, ma: np.ndarray, mb: np.ndarray, *, level_sd: float,
-                     interaction_sd: float, weight_sd: float, offset_sd: float, lengthscale: float,
-                     ham: np.ndarray | None = None) -> np.ndarray:
-    ham = hamming(a, b) if ham is None else ham   # ``ham``: hamming(a, b) where the caller holds it
+                     interaction_sd: float, weight_sd: float, offset_sd: float, lengthscale: float) -> np.ndarray:
+    ham = hamming(a, b)
     return (offset_sd**2 + weight_sd**2 * np.outer(ma, mb) + level_sd**2 * (a.shape[1] - ham)
             + interaction_sd**2 * np.exp(-ham / lengthscale))
 
@@ -144,10 +143,14 @@ def evidence_scales(x_obs: np.ndarray, y_obs: np.ndarray, m_obs: np.ndarray, *, 
     r = y_obs - m_obs
     best, best_ll = (level_sds[len(level_sds) // 2], interaction_sds[0]), -np.inf
     ham = hamming(x_obs, x_obs)   # one distance matrix for the whole grid
+    # the kernel's parts that the grid does not change, once (:func:`_evidence_kernel`'s sum)
+    fixed = offset_sd**2 + weight_sd**2 * np.outer(mo, mo)
+    shared = x_obs.shape[1] - ham
+    near = np.exp(-ham / lengthscale)
+    noise = noise_sd**2 * np.eye(len(r))
     for lv in level_sds:
         for ia in interaction_sds:
-            k_oo = _evidence_kernel(x_obs, x_obs, mo, mo, level_sd=lv, interaction_sd=ia, weight_sd=weight_sd,
-                                    offset_sd=offset_sd, lengthscale=lengthscale, ham=ham) + noise_sd**2 * np.eye(len(r))
+            k_oo = fixed + lv**2 * shared + ia**2 * near + noise
             try:
                 chol = np.linalg.cholesky(k_oo)
             except np.linalg.LinAlgError:
