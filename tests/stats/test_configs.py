@@ -57,3 +57,29 @@ def test_launch_variance_uses_the_stated_prior_without_re_measurements_and_the_r
              for _ in range(30)]
     lv = launch_variance(tight)
     assert lv.tau2 < TAU_PRIOR_SD**2 and 0.03 < lv.se_scale < 0.12
+
+
+def test_a_small_excess_over_large_errors_is_known_to_few_degrees_of_freedom():
+    """tau2 = V - s2 carries V's whole sampling variance: 2 V^2 / df. A launch spread of 1% under
+    4% per-run errors is known to far fewer df than the 9 the runs have; where the runs say
+    nothing beyond their errors, or nothing was re-measured, the df are the plain ones."""
+    from tuner.stats import TAU_PRIOR_DF, launch_variance
+
+    def groups(extra_sd: float, se_rel: float, seed: int = 3) -> list:
+        rng = np.random.default_rng(seed)
+        return [[{"mean": 1000 * math.exp(rng.normal(0, math.hypot(extra_sd, se_rel))), "se": 1000 * se_rel, "df": 30}
+                 for _ in range(4)] for _ in range(3)]   # 9 df, as one ablation round gives
+
+    small = launch_variance(groups(0.03, 0.04, seed=5))
+    assert small.raw_tau2 > 0 and small.df == TAU_PRIOR_DF + 9
+    assert 0 < small.tau2_df < small.df / 2
+    # a config run once: its interval reads tau2 at those df, so it is wider than at the plain df
+    run = [{"mean": 1000.0, "se": 40.0, "df": 30.0}]
+    honest = config_estimate(run, tau2=small.tau2, tau_df=small.df, tau2_df=small.tau2_df)
+    plain = config_estimate(run, tau2=small.tau2, tau_df=small.df)
+    assert honest["log_var"] == plain["log_var"] and honest["df"] < plain["df"]
+    assert honest["ci95"][1] > plain["ci95"][1]
+    assert launch_variance([]).tau2_df == TAU_PRIOR_DF
+    tight = launch_variance(groups(0.0, 0.04, seed=6))   # spread under the errors: nothing in excess
+    if tight.raw_tau2 == 0:
+        assert tight.tau2_df == tight.df

@@ -170,13 +170,14 @@ def analyze_record(record: StudyRecord, *, n_boot: int = N_BOOT, seed: int = 0) 
     levels = level_failures(trials, knobs)
     baseline_t = next((t for t in ok if t.role == "baseline"), None)
     best = recommend(trials, cis, tau2=tau2, tau_df=tau_df, levels=levels, baseline=baseline_t,
-                     se_scale=launch.se_scale)
+                     se_scale=launch.se_scale, tau2_df=launch.tau2_df)
     baseline = None
     if baseline_t is not None:
         estimate = (best or {}).get("baseline_estimate") or _public(cis.get(baseline_t.number))
         baseline = {"trial": baseline_t.number, "params": baseline_t.params, "tokens_per_sec_per_gpu": estimate}
     ablation = ablation_effects(trials, cis, tau2=tau2, tau_df=tau_df,
-                                baseline_params=baseline_t.params if baseline_t else None, se_scale=launch.se_scale)
+                                baseline_params=baseline_t.params if baseline_t else None, se_scale=launch.se_scale,
+                                tau2_df=launch.tau2_df)
     importance, importance_model = importance_list(ok, knobs, n_boot=n_boot, seed=seed)
     used = sum(charged_gpu_seconds(t.state, t.gpu_seconds, t.reserved_gpu_seconds) for t in trials)
     return {
@@ -204,7 +205,8 @@ def analyze_record(record: StudyRecord, *, n_boot: int = N_BOOT, seed: int = 0) 
             "df_prior": noise.df_prior if math.isfinite(noise.df_prior) else None,
             "n_trials": noise.n_trials, "run_to_run_rel_sd": math.sqrt(tau2), "run_to_run_df": tau_df,
             "run_to_run_prior": {"rel_sd": TAU_PRIOR_SD, "df": TAU_PRIOR_DF},
-            "run_to_run_measured_df": launch.raw_df, "run_se_scale": launch.se_scale,
+            "run_to_run_measured_df": launch.raw_df,
+            "run_to_run_tau2_df": launch.tau2_df, "run_se_scale": launch.se_scale,
             "replication_spread_ratio": launch.spread_ratio},
         "trials": [{"trial": t.number, "params": t.params, "status": t.status, "role": t.role,
                     "ablation_knob": t.ablation_knob, "gpu_seconds": t.gpu_seconds,

@@ -84,11 +84,13 @@ def _pooled_spread(groups: Sequence[Sequence[dict[str, Any]]]) -> tuple[float, f
 
 
 def config_estimate(runs: Sequence[dict[str, Any]], *, tau2: float, tau_df: int,
-                    se_scale: float = 1.0) -> dict[str, Any] | None:
+                    se_scale: float = 1.0, tau2_df: float | None = None) -> dict[str, Any] | None:
     """{"mean", "ci95", "log_mean", "log_var", "df", "n_runs"} of one config from its runs.
 
     A run's log variance is ``se_scale`` x its own relative se^2 (conditional on its launch) plus
-    ``tau2``, the launch-to-launch variance (:func:`launch_variance`)."""
+    ``tau2``, the launch-to-launch variance (:func:`launch_variance`). ``tau2`` is known to
+    ``tau2_df`` degrees of freedom in the Satterthwaite sum (:attr:`LaunchVariance.tau2_df`;
+    default ``tau_df``, which also bounds a scaled se's)."""
     from scipy import stats
 
     runs = [r for r in runs if r and r["mean"] > 0]
@@ -98,11 +100,16 @@ def config_estimate(runs: Sequence[dict[str, Any]], *, tau2: float, tau_df: int,
     logs = [math.log(r["mean"]) for r in runs]
     rel = [se_scale * (r["se"] / r["mean"]) ** 2 for r in runs]
     log_mean = sum(logs) / m
-    parts = [(tau2 / m, tau_df)] if tau2 > 0 and tau_df > 0 else []
+    # (part, its df, the floor of its df): tau2's df is not floored at 1, as a small excess over
+    # large errors is known to less than one df as a variance of its own, and that is what
+    # brings the sum's df down to V's (:attr:`LaunchVariance.tau2_df`)
+    parts = [(tau2 / m, tau_df if tau2_df is None else tau2_df, 1.0 if tau2_df is None else 1e-9)] \
+        if tau2 > 0 and tau_df > 0 else []
     # a scaled se is known only as well as the scale: the re-measurements' df (tau_df)
-    parts += [(v / m**2, r["df"] if se_scale == 1.0 else min(r["df"], max(tau_df, 1.0))) for v, r in zip(rel, runs)]
-    log_var = sum(p for p, _ in parts)
-    df = log_var**2 / sum(p**2 / max(d, 1.0) for p, d in parts) if log_var > 0 else math.inf
+    parts += [(v / m**2, r["df"] if se_scale == 1.0 else min(r["df"], max(tau_df, 1.0)), 1.0)
+              for v, r in zip(rel, runs)]
+    log_var = sum(p for p, _, _ in parts)
+    df = log_var**2 / sum(p**2 / max(d, floor) for p, d, floor in parts) if log_var > 0 else math.inf
     half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, df)) * math.sqrt(log_var)
     mean = math.exp(log_mean)
     return {"mean": mean, "ci95": [mean * math.exp(-half), mean * math.exp(half)], "log_mean": log_mean,
@@ -155,6 +162,11 @@ class LaunchVariance:
     se_scale: float
     """Factor on each run's own se^2: 1, or below 1 where the runs of one config agree better
     than their per-run errors say (the step-noise model overstates them: stalls)."""
+    tau2_df: float
+    """The degrees of freedom ``tau2`` is known to as a variance (Satterthwaite): 2 tau2^2 over
+    its sampling variance. Where the runs' spread exceeds their errors, tau2 = V - s2 carries
+    all of V's sampling variance, 2 V^2 / df, and a small excess over large errors is known to
+    far fewer than ``df``; elsewhere ``df``. What a config's interval uses for tau2's part."""
     raw_tau2: float
     """DerSimonian-Laird's moment estimate alone (truncated at 0), and its df below."""
     raw_df: int
@@ -187,14 +199,22 @@ def launch_variance(groups: Sequence[Sequence[dict[str, Any]]], *, prior_sd: flo
     """
     v_obs, s2, df = _pooled_spread(groups)
     if df == 0:
-        return LaunchVariance(tau2=prior_sd**2, df=prior_df, se_scale=1.0, raw_tau2=0.0, raw_df=0, spread_ratio=None)
+        return LaunchVariance(tau2=prior_sd**2, df=prior_df, tau2_df=prior_df, se_scale=1.0, raw_tau2=0.0,
+                              raw_df=0, spread_ratio=None)
     raw_tau2, raw_df = max(0.0, v_obs - s2), df
     # the prior is on tau2 alone; the runs' own errors are scaled only by what the runs show
     excess = v_obs - s2
     scale = 1.0 if excess >= 0 or s2 <= 0 else v_obs / s2
-    tau2 = (prior_df * prior_sd**2 + df * max(excess, 0.0)) / (prior_df + df)
-    return LaunchVariance(tau2=tau2, df=prior_df + df, se_scale=scale, raw_tau2=raw_tau2, raw_df=raw_df,
-                          spread_ratio=v_obs / s2 if s2 > 0 else None)
+    w_prior, w_runs = prior_df / (prior_df + df), df / (prior_df + df)
+    tau2 = w_prior * prior_sd**2 + w_runs * max(excess, 0.0)
+    tau2_df = float(prior_df + df)
+    if excess > 0:
+        # Satterthwaite on tau2 = w_prior prior + w_runs (V - s2): the prior's scaled chi-square
+        # with prior_df, V's with df (s2, an average over many runs' errors, as known)
+        var = w_prior**2 * 2 * prior_sd**4 / prior_df + w_runs**2 * 2 * v_obs**2 / df
+        tau2_df = min(tau2_df, 2 * tau2**2 / var)
+    return LaunchVariance(tau2=tau2, df=prior_df + df, tau2_df=tau2_df, se_scale=scale, raw_tau2=raw_tau2,
+                          raw_df=raw_df, spread_ratio=v_obs / s2 if s2 > 0 else None)
 
 
 def _replication_groups(trials: Sequence[TrialRecord], cis: RunCIs) -> list[list[dict[str, Any]]]:

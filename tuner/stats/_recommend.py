@@ -60,7 +60,7 @@ def confirmation_runs(trials: Sequence[TrialRecord], cis: RunCIs) -> set[int]:
 
 def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df: float,
               levels: dict[str, dict[str, dict[str, Any]]], baseline: TrialRecord | None,
-              se_scale: float = 1.0) -> dict[str, Any] | None:
+              se_scale: float = 1.0, tau2_df: float | None = None) -> dict[str, Any] | None:
     """The best reliable config (analysis.json's ``best``), chosen on re-measurements where any
     exist, with its speedup over the baseline config; beside it the faster flaky one and the
     fastest reliable config found after the ablation round, hence not re-measured, whose search
@@ -84,7 +84,7 @@ def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df
     fail_model = failure_model(trials, list(levels))
     attempts = attempts_by_config(trials)
     est = lambda runs: config_estimate([cis[t.number] for t in runs], tau2=tau2, tau_df=tau_df,  # noqa: E731
-                                       se_scale=se_scale)
+                                       se_scale=se_scale, tau2_df=tau2_df)
     confirm = confirmation_runs(trials, cis)
     choosing = [t for t in trials if t.number not in confirm]
     rows = []
@@ -179,7 +179,8 @@ def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df
 
 
 def ablation_effects(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df: float,
-                     baseline_params: dict[str, Any] | None, se_scale: float = 1.0) -> dict[str, Any] | None:
+                     baseline_params: dict[str, Any] | None, se_scale: float = 1.0,
+                     tau2_df: float | None = None) -> dict[str, Any] | None:
     """Each knob's worth: re-measured reference / its one-knob revert - 1, CIs with run-to-run
     variation, Holm-corrected significance; failed runs listed (a failed revert is a failure)."""
     # an extended study plans its ablation again for its new best (tuner.study): the latest round counts
@@ -197,13 +198,13 @@ def ablation_effects(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float,
     ref_runs = [t for t in abl if t.ablation_knob is None and ref_params is not None
                 and config_key(t.params) == config_key(ref_params) and t.number in cis]
     ref = config_estimate([cis[t.number] for t in ref_runs], tau2=tau2, tau_df=tau_df,
-                          se_scale=se_scale) if ref_runs else None
+                          se_scale=se_scale, tau2_df=tau2_df) if ref_runs else None
     effects = []
     for t in reverts:
         if t.number not in cis or ref is None:
             continue
         r = ratio_estimate(ref, config_estimate([cis[t.number]], tau2=tau2, tau_df=tau_df,
-                                                                se_scale=se_scale))
+                                                se_scale=se_scale, tau2_df=tau2_df))
         if r is None:
             continue
         knob = t.ablation_knob
