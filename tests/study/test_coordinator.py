@@ -324,3 +324,28 @@ def test_the_coordinator_runs_on_one_blas_thread_and_gives_the_rest_back(tmp_pat
         run_study(spec, options(f"sqlite:///{tmp_path}/t.db", tmp_path, budget_gpu_seconds=20.0), launcher=launcher)
         after = {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
     assert launcher.blas == {1} and after == {2}
+
+
+def test_a_trial_another_coordinator_ends_before_its_reservation_is_passed_over(tmp_path, storage_url, monkeypatch):
+    """Between this coordinator's ask and its reservation another one ends the trial (found it
+    stale, or skipped a queued run it popped): the reservation's write refuses, and the
+    coordinator asks again instead of dying."""
+    import tuner.study._admission as admission
+
+    screen, ended = admission.screen, []
+
+    def screen_then_end_it_elsewhere(study, *args, **kw):
+        if not ended:
+            mine = max(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)), key=lambda t: t.number)
+            other = optuna.load_study(study_name=study.study_name, storage=storage_url)   # another process's view
+            other._storage.set_trial_user_attr(trial_id(mine), "status", "lost")
+            other._storage.set_trial_state_values(trial_id(mine), TrialState.FAIL)
+            ended.append(mine.number)
+        return screen(study, *args, **kw)
+
+    monkeypatch.setattr(admission, "screen", screen_then_end_it_elsewhere)
+    spec = fast_spec(tmp_path)
+    summary = run_study(spec, options(storage_url, tmp_path, budget_gpu_seconds=45.0), launcher=FakeLauncher(spec))
+    trials = load(storage_url).get_trials()
+    assert ended and trials[ended[0]].state == TrialState.FAIL and "reserved_gpu_seconds" not in trials[ended[0]].user_attrs
+    assert summary.launched >= 3 and not [t for t in trials if t.state == TrialState.RUNNING]

@@ -42,6 +42,7 @@ from tuner.storage._storage import (
     with_retries,
 )
 from tuner.storage._unrun import (
+    end_if_waiting,
     end_unrun,
 )
 
@@ -56,6 +57,7 @@ __all__ = [
     "StorageError",
     "StudyView",
     "admission_lock",
+    "end_if_waiting",
     "end_unrun",
     "fail_stale_trials",
     "ledger_view",

@@ -130,31 +130,39 @@ def admit(study: optuna.Study, raw_storage: Any, spec: StudySpec, limits: tuple[
         # storage gave it one as it became RUNNING (tuner.storage), any other gets it here
         if not getattr(raw_storage, "beats_when_running", False):
             raw_storage.record_heartbeat(trial_id(trial))
-        params = suggest_params(trial, spec)
-        if screen_repeat(study, spec, trial, params, trials):  # an exact repeat: never launched
-            asked.clear()
-            proposals += 1
-            continue
-        full = complete_params(params, spec)  # once per trial: what screening judges is what runs
-        verdict = None if is_deliberate(trial.user_attrs) else screen(
-            study, spec, full, launcher=launcher, trials=trials)
-        if verdict is not None:  # known-bad: 0 GPU-s (tuner.search)
-            end_unrun(study, trial, "pruned", verdict.reason)
-            asked.clear()
-            proposals += 1
-            continue
-        with admission_lock(raw_storage, study.study_name) as held:  # reserve against the ledger as it is now
-            now = ledger_view(study, budget.LEDGER_ATTRS, conn=held)
-            cap = budget.trial_cap(ledger_from_trials(now, limit), admission.estimate_gpu_seconds,
-                                   budget.cap_basis(now, first_estimate_gpu_seconds=first_estimate))
-            if cap is None:  # another coordinator reserved what was left meanwhile
-                _release(study, trial)
+        try:
+            params = suggest_params(trial, spec)
+            if screen_repeat(study, spec, trial, params, trials):  # an exact repeat: never launched
                 asked.clear()
-                return None
-            # one statement for the three, on the lock's own connection where it has one
-            write_trial(study, trial, user_attrs={"reserved_gpu_seconds": float(cap),
-                                                  "estimated_gpu_seconds": float(admission.estimate_gpu_seconds),
-                                                  "launcher": spec.cluster.launcher}, conn=held)
+                proposals += 1
+                continue
+            full = complete_params(params, spec)  # once per trial: what screening judges is what runs
+            verdict = None if is_deliberate(trial.user_attrs) else screen(
+                study, spec, full, launcher=launcher, trials=trials)
+            if verdict is not None:  # known-bad: 0 GPU-s (tuner.search)
+                end_unrun(study, trial, "pruned", verdict.reason)
+                asked.clear()
+                proposals += 1
+                continue
+            with admission_lock(raw_storage, study.study_name) as held:  # reserve against the ledger as it is now
+                now = ledger_view(study, budget.LEDGER_ATTRS, conn=held)
+                cap = budget.trial_cap(ledger_from_trials(now, limit), admission.estimate_gpu_seconds,
+                                       budget.cap_basis(now, first_estimate_gpu_seconds=first_estimate))
+                if cap is None:  # another coordinator reserved what was left meanwhile
+                    _release(study, trial)
+                    asked.clear()
+                    return None
+                # one statement for the three, on the lock's own connection where it has one
+                write_trial(study, trial, user_attrs={"reserved_gpu_seconds": float(cap),
+                                                      "estimated_gpu_seconds": float(admission.estimate_gpu_seconds),
+                                                      "launcher": spec.cluster.launcher}, conn=held)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            # another coordinator ended the trial between our ask and here (a queued run it
+            # skipped as unaffordable, or found stale): it is theirs now; ask again
+            if not finished(study, trial):
+                raise
+            asked.clear()
+            continue
         asked.clear()
         return Admitted(trial, params, full, cap, admission.cap_basis_gpu_seconds)
 

@@ -38,6 +38,7 @@ from tuner.storage import (
     GRACE_PERIOD_S,
     HEARTBEAT_INTERVAL_S,
     admission_lock,
+    end_if_waiting,
     end_unrun,
     open_storage,
     rdb_storage,
@@ -298,10 +299,14 @@ def _skip_unrunnable(study: optuna.Study, raw_storage: Any) -> list[int]:
         trials = study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
         if any(t.state == TrialState.RUNNING for t in trials):
             return []  # another coordinator just started one; it ends the study
+        ended = []
         for t in trials:
             what = t.user_attrs.get("role") or ("retry" if "retry_of" in t.user_attrs else "queued")
-            end_unrun(study, t, "skipped", f"not run: the budget was spent before this {what} run")
-    return [t.number for t in trials]
+            # only while still WAITING: another coordinator's ask pops queued runs outside the
+            # lock, and one it popped meanwhile is its to run (ended here, its reservation failed)
+            if end_if_waiting(study, t, "skipped", f"not run: the budget was spent before this {what} run"):
+                ended.append(t.number)
+    return ended
 
 
 def record_result(study: optuna.Study, trial: optuna.Trial, result: TrialResult) -> bool:
