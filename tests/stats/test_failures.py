@@ -48,24 +48,25 @@ def test_a_pair_of_levels_that_fails_together_is_the_configs_risk():
         fails = mb == 8 and (not ckpt or (i // 4) % 2 == 0)
         trials.append(run(i, "oom" if fails else "ok", mb=mb, ckpt=ckpt, workers=i % 3))
     risk = neighbour_risk({"mb": 8, "ckpt": True, "workers": 1}, trials, ["mb", "ckpt", "workers"])
-    assert risk["lower95"] >= 0.25 and risk["knobs"]["mb"] == "8"
-    assert risk["ci95"][0] <= risk["lower95"] <= risk["rate"]   # one-sided 95%: above the two-sided 95% CI's end
+    assert risk["lower90"] >= 0.25 and risk["knobs"]["mb"] == "8"
+    assert risk["ci95"][0] <= risk["lower90"] <= risk["rate"]   # one-sided 90%: above the two-sided 95% CI's end
     safe = neighbour_risk({"mb": 4, "ckpt": True, "workers": 1}, trials, ["mb", "ckpt", "workers"])
-    assert safe["lower95"] < 0.25   # its worst neighbourhood (workers=1) holds mb 8 runs, not surely >= 25%
+    assert safe["lower90"] < 0.25   # its worst neighbourhood (workers=1) holds mb 8 runs, not surely >= 25%
 
 
 def test_a_neighbourhood_failing_11_of_25_is_a_risk():
     """A study of the concentrated-failures family (120 studies, one missed): the recommended
     config (micro_batch 8 with checkpointing, failing half its runs) ran 5 times without a
     failure, and its micro_batch 8 neighbourhood failed 11 of 25. The exact two-sided 95% CI
-    starts at 24.4%; the one-sided test that the rate is above 25% rejects at 5% (27.0%)."""
+    starts at 24.4%; the one-sided test that the rate is above 25% rejects at 5% (27.0%), and
+    so at the flag's 10%."""
     from tuner.stats import neighbour_risk
 
     trials = [run(i, "oom" if i < 11 else "ok", mb=8, ckpt=bool(i % 2), workers=0) for i in range(25)]
     trials += [run(25 + i, "ok", mb=4, ckpt=bool(i % 2), workers=0) for i in range(25)]
     risk = neighbour_risk({"mb": 8, "ckpt": True, "workers": 0}, trials, ["mb", "ckpt", "workers"])
     assert risk["knobs"] == {"mb": "8"} and (risk["failures"], risk["runs"]) == (11, 25)
-    assert risk["ci95"][0] < 0.25 <= risk["lower95"]
+    assert risk["ci95"][0] < 0.25 <= risk["lower90"]
 
 
 def test_the_models_fast_prediction_is_scikit_learns_and_the_index_changes_nothing():
@@ -95,3 +96,15 @@ def test_the_models_fast_prediction_is_scikit_learns_and_the_index_changes_nothi
     for t in trials[:20]:
         assert config_failure(t.params, trials, levels, model) == config_failure(t.params, trials, levels, model,
                                                                                   attempts=index)
+
+
+def test_a_neighbourhood_failing_9_of_21_is_flagged_at_the_one_sided_90_percent_bound():
+    """One of the three the one-sided 95% bound missed in 800 studies (`failures`, study 344):
+    the recommended micro_batch 8 config ran 5 times with 1 failure; its micro_batch 8
+    neighbourhood failed 9 of 21 (one-sided 95% bound 24.5%, under 25%; 90% bound above)."""
+    from tuner.stats import neighbour_risk
+
+    trials = [run(i, "oom" if i < 9 else "ok", mb=8, ckpt=bool(i % 2), workers=0) for i in range(21)]
+    trials += [run(21 + i, "ok", mb=4, ckpt=bool(i % 2), workers=0) for i in range(25)]
+    risk = neighbour_risk({"mb": 8, "ckpt": True, "workers": 0}, trials, ["mb", "ckpt", "workers"])
+    assert (risk["failures"], risk["runs"]) == (9, 21) and risk["lower90"] >= 0.25

@@ -160,9 +160,9 @@ def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df
             "remeasure_trials": chosen["remeasure_trials"], "n_runs": measured["n_runs"],
             "failure": {**chosen["failure"], "neighbour_risk": (risk := neighbour_risk(chosen["params"], trials, list(levels))),
                         # the risk flag at the top of RECIPE: its own estimate, or a neighbourhood of its
-                        # levels that fails >= 25% (the exact test at 5%, one-sided)
+                        # levels that fails >= 25% (the exact test at 10%, one-sided: RISK_CONFIDENCE)
                         "risk_flagged": chosen["failure"]["estimate"] >= FLAKY_FAILURE_RATE
-                        or (risk is not None and risk["lower95"] >= FLAKY_FAILURE_RATE)},
+                        or (risk is not None and risk["lower90"] >= FLAKY_FAILURE_RATE)},
             "chosen_on": ("runoff re-measurements" if chosen["key"] in finalists else "re-measurements")
             if any_remeasured else "search trials (not re-measured)",
             "reliable": not chosen["failure"]["flaky"],
