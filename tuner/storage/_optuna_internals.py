@@ -376,7 +376,7 @@ def missing_internals() -> list[str]:
               "the study cache's _backend": lambda: study._storage._backend,  # noqa: SLF001
               "RDBStorage._create_new_trial": lambda: optuna.storages.RDBStorage._create_new_trial,  # noqa: SLF001
               "RDBStorage._get_stale_trial_ids": lambda: optuna.storages.RDBStorage._get_stale_trial_ids,  # noqa: SLF001
-              "RDBStorage._set_trial_attr_without_commit (fail_if_stale)":
+              "RDBStorage._set_trial_attr_without_commit (fail_if_stale, end_if_waiting)":
                   lambda: optuna.storages.RDBStorage._set_trial_attr_without_commit,  # noqa: SLF001
               "optuna.storages._rdb.storage._create_scoped_session": lambda: scoped_session(rdb),
               "Study._study_id": lambda: study._study_id,  # noqa: SLF001
