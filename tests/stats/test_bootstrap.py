@@ -16,6 +16,13 @@ def test_with_the_leave_one_out_jackknife_the_limits_are_scipys():
     lo, hi = bca_limits(np.asarray(res.bootstrap_distribution), stat(np.arange(60)), jack, 0.95)
     assert lo == pytest.approx(res.confidence_interval.low, rel=1e-9)
     assert hi == pytest.approx(res.confidence_interval.high, rel=1e-9)
+    # a second level from the same resamples and the same jackknife (importance's Bonferroni
+    # level beside its 95%): scipy's BCa at that level, which refits the jackknife to get it
+    strict = stats.bootstrap((np.arange(60),), lambda i: stat(np.asarray(i, int)), vectorized=False, method="BCa",
+                             confidence_level=0.994, n_resamples=0, bootstrap_result=res)
+    lo, hi = bca_limits(np.asarray(res.bootstrap_distribution), stat(np.arange(60)), jack, 0.994)
+    assert lo == pytest.approx(strict.confidence_interval.low, rel=1e-9)
+    assert hi == pytest.approx(strict.confidence_interval.high, rel=1e-9)
 
 
 def test_a_grouped_jackknife_gives_nearly_the_same_limits():

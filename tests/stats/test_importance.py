@@ -1,11 +1,8 @@
 """Importance on synthetic studies with known truth: interactions, conditional knobs, placebo."""
 
-import numpy as np
 import pytest
-from scipy import stats
 
 from bench.synthetic_studies import FAMILIES, build_study
-from tuner.stats import _importance as imp
 from tuner.stats import knob_importance
 
 
@@ -75,36 +72,3 @@ def test_twelve_trial_studies_rank_the_true_top_3_first_in_most_studies():
         right += {d["knob"] for d in res["knobs"][:3]} == FAMILIES["small"]["top3"]
     assert right >= 5
 
-
-def test_a_blocks_changed_columns_are_the_designs_own():
-    rng = np.random.default_rng(3)
-    x = np.column_stack([rng.integers(-1, 3, 40), rng.integers(0, 4, 40), rng.integers(0, 2, 40)]).astype(float)
-    calc = imp._Indices(["nccl_algo", "num_workers", "prefetch_factor"], 0, x)   # prefetch_factor's parent: num_workers
-    for j in range(3):
-        cols = calc.affected(j, 3)[0]
-        assert calc.design_cols(x.astype(np.int64), j).tolist() == calc.design(x)[:, cols].astype(np.int64).tolist()
-    assert calc.blocks[1] == [1, 2]
-
-
-def test_the_intervals_are_scipys_bca_on_the_same_resamples():
-    """One bootstrap distribution and one jackknife for both levels: the same limits as
-    scipy.stats.bootstrap's BCa, which refits the jackknife for each."""
-    record, _ = build_study("crossover", 11, "ar1-0.5")
-    knobs = list(FAMILIES["crossover"]["space"])
-    res = knob_importance(record.trials, knobs, n_boot=30, seed=4)
-    ok, knobs = imp._fit_inputs(record.trials, knobs)
-    placebo = np.random.default_rng(4).integers(0, imp._PLACEBO_LEVELS, len(ok)).astype(float)
-    x = np.column_stack([imp._encode(ok, knobs), placebo])
-    y = np.log([t.value for t in ok])
-    calc = imp._Indices([*knobs, imp.PLACEBO], 4, x)
-    calc.compute(x, y)
-    calc.alphas = (calc.alpha,)
-    k = len(knobs) + 1
-    ref = stats.bootstrap((np.arange(len(ok)),), lambda i: calc.compute(x[np.asarray(i, int)], y[np.asarray(i, int)])[:k],
-                          vectorized=False, method="BCa", n_resamples=30, random_state=np.random.default_rng(5))
-    point = calc.compute(x, y)[:k]
-    for j, name in enumerate(knobs):
-        row = next(d for d in res["knobs"] if d["knob"] == name)
-        lo = max(min(ref.confidence_interval.low[j], point[j]), 0.0)
-        hi = max(ref.confidence_interval.high[j], point[j])
-        assert row["total_ci95"] == pytest.approx([lo, hi], abs=1e-12)

@@ -1,6 +1,8 @@
 """Per-trial CIs of tokens over time with a pooled noise model, on series with known truth."""
 
 
+import math
+
 import numpy as np
 import pytest
 
@@ -60,15 +62,17 @@ def test_warmup_leak_is_detected_and_dropped():
     assert np.mean([c.warmup_steps > 0 for c in cis]) < 0.1
 
 
-def test_series_of_one_length_at_once_give_each_series_own_terms():
-    from tuner.stats._trial_ci import _reml_quads, _reml_terms
 
+def test_the_pooled_noise_does_not_depend_on_the_order_of_trials_of_mixed_lengths():
+    """Series of one length are pooled as one matrix: each series' own variance (the prior's
+    degrees of freedom read them beside their lengths) must stay with its series."""
     rng = np.random.default_rng(2)
-    series = [rng.normal(size=n) for n in (8, 5, 8, 12, 5, 8)]
-    lengths = np.array([len(u) for u in series])
-    by_length = {int(n): (np.flatnonzero(lengths == n), np.array([series[i] for i in np.flatnonzero(lengths == n)]))
-                 for n in np.unique(lengths)}
-    quads, logdet = _reml_quads(by_length, len(series), 0.4)
-    terms = [_reml_terms(u, 0.4) for u in series]
-    assert quads.tolist() == pytest.approx([q for _, q, _ in terms], rel=1e-12)
-    assert logdet == pytest.approx(sum(ld for ld, _, _ in terms), rel=1e-12)
+    rates = [1000 * np.exp(rng.normal(0, 0.05, n)) for n in (8, 5, 12, 8, 5, 12, 6, 8, 12, 5)]
+    rates[2] = rates[2] * np.exp(rng.normal(0, 0.15, 12))   # one noisy long series, one quiet short one
+    rates[4] = 1000 * np.exp(rng.normal(0, 0.005, 5))
+    ones = [np.ones(len(r)) for r in rates]
+    a = study_noise(rates, ones)
+    order = rng.permutation(len(rates))
+    b = study_noise([rates[i] for i in order], [ones[i] for i in order])
+    assert a.phi == b.phi and a.rel_var == pytest.approx(b.rel_var, rel=1e-12)
+    assert a.df_prior == pytest.approx(b.df_prior, rel=1e-9) and math.isfinite(a.df_prior)

@@ -98,12 +98,13 @@ class _Indices:
             self.blocks.append(block)
         self.conditional = [_parent(k, knobs) is not None for k in knobs]
         self._affected: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self.width = int(np.max(x_all) + 2) if x_all.size else 1
+        """A pair's joint level is (level_a + 1) x width + (level_b + 1): distinct for every pair of levels."""
 
     def design(self, x: np.ndarray) -> np.ndarray:
         """Each knob's level and each pair's joint level, as codes to one-hot encode."""
         k = x.shape[1]
-        width = float(np.max(self.x_all) + 2) if self.x_all.size else 1.0
-        pairs = [(x[:, i] + 1) * width + (x[:, j] + 1) for i in range(k) for j in range(i + 1, k)]
+        pairs = [(x[:, i] + 1) * self.width + (x[:, j] + 1) for i in range(k) for j in range(i + 1, k)]
         return np.column_stack([x, *pairs]) if pairs else x
 
     def affected(self, j: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -120,9 +121,17 @@ class _Indices:
 
     def design_cols(self, x: np.ndarray, j: int) -> np.ndarray:
         """The columns of :meth:`design` that involve block j (:meth:`affected`), alone, for
-        integer levels ``x`` (the same values as :meth:`design`'s)."""
+        integer levels ``x`` (the same values as :meth:`design`'s).
+
+        Example (num_workers' block holds prefetch_factor, its child):
+            >>> x = np.array([[0, 1, 2], [1, -1, -1], [2, 0, 0]])
+            >>> calc = _Indices(["nccl_algo", "num_workers", "prefetch_factor"], 0, x.astype(float))
+            >>> cols = calc.affected(1, 3)[0]
+            >>> bool((calc.design_cols(x, 1) == calc.design(x.astype(float))[:, cols]).all()), calc.blocks[1]
+            (True, [1, 2])
+        """
         k = x.shape[1]
-        width = int(np.max(self.x_all) + 2) if self.x_all.size else 1
+        width = self.width
         _, first, second = self.affected(j, k)
         mains = len(self.blocks[j])   # affected lists the block's own columns first, then pairs
         out = np.empty((len(x), len(first)), np.int64)

@@ -157,6 +157,8 @@ def round_estimates(trials, knobs: Sequence[str], round_: int) -> tuple[dict[str
         if t.role == "ablation" and (t.ablation_round or 1) == round_ and t.number in cis:
             runs.setdefault(config_key(t.params), []).append(cis[t.number])
             params[config_key(t.params)] = t.params
+    # tau2 at its plain df here (not lv.tau2_df, which the reported intervals use): the finalists
+    # are chosen as the search benchmark measured them (docs/benchmarks.md)
     estimates = {k: e for k, r in runs.items()
                  if (e := config_estimate(r, tau2=lv.tau2, tau_df=lv.df, se_scale=lv.se_scale)) is not None
                  and not config_failure(params[k], trials, levels, model, attempts=attempts)["flaky"]}

@@ -167,16 +167,15 @@ def _ar1_inverse(n: int, phi: float) -> tuple[np.ndarray, float, float]:
 
 def _reml_terms(u: np.ndarray, phi: float) -> tuple[float, float, int]:
     """(log det terms, quadratic form, residual df) of one series under AR(1) phi (unit var)."""
-    n = len(u)
-    ci, logdet, a = _ar1_inverse(n, phi)
-    e = u - float(ci.sum(axis=0) @ u) / a
-    return logdet, float(e @ ci @ e), n - 1
+    quads, logdet = _reml_quads({len(u): (np.array([0]), np.asarray(u, float)[None, :])}, 1, phi)
+    return logdet, float(quads[0]), len(u) - 1
 
 
 def _reml_quads(by_length: dict[int, tuple[np.ndarray, np.ndarray]], count: int,
                 phi: float) -> tuple[np.ndarray, float]:
-    """:func:`_reml_terms` of many series at once, those of one length as one matrix: (each
-    series' quadratic form, in the series' order; the sum of their log det terms)."""
+    """The REML terms of many series under AR(1) phi (unit variance), those of one length as one
+    matrix (``by_length``: length -> (their positions, their rows)): (each series' quadratic
+    form, in the series' order; the sum of their log det terms)."""
     quads, logdet = np.empty(count), 0.0
     for n, (where, u) in by_length.items():
         ci, ld, a = _ar1_inverse(n, phi)

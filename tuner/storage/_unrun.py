@@ -20,10 +20,14 @@ from tuner.storage._optuna_internals import rdb_models, rdb_storage, scoped_sess
 __all__ = ["end_unrun", "end_if_waiting"]
 
 
+def _attrs(status: str, message: str) -> dict[str, object]:
+    return {"status": status, "gpu_seconds": 0.0, "message": message}
+
+
 def end_unrun(study: optuna.Study, trial: optuna.Trial | optuna.trial.FrozenTrial, status: str, message: str) -> None:
     """End a trial that never ran: PRUNED, no GPU time, ``status`` and ``message`` user attrs."""
     storage = study_storage(study)
-    for key, value in {"status": status, "gpu_seconds": 0.0, "message": message}.items():
+    for key, value in _attrs(status, message).items():
         storage.set_trial_user_attr(trial_id(trial), key, value)
     storage.set_trial_state_values(trial_id(trial), TrialState.PRUNED)
 
@@ -43,7 +47,7 @@ def end_if_waiting(study: optuna.Study, trial: optuna.trial.FrozenTrial, status:
         row = rdb_models.TrialModel.find_or_raise_by_id(trial_id(trial), session, for_update=True)
         if row.state != TrialState.WAITING:
             return False
-        for key, value in {"status": status, "gpu_seconds": 0.0, "message": message}.items():
+        for key, value in _attrs(status, message).items():
             rdb._set_trial_attr_without_commit(session, rdb_models.TrialUserAttributeModel,  # noqa: SLF001
                                                trial_id(trial), key, value)
         row.state = TrialState.PRUNED
