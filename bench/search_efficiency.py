@@ -181,8 +181,7 @@ def run_one(spec, truth_of, optimum, limit_s, *, cpu_limit_s: float | None = Non
         trial.set_user_attr("reserved_gpu_seconds", admission.cap_gpu_seconds)
         request = TrialRequest(study_name="bench", number=trial.number, params=complete_params(params, spec),
                                spec=spec, run_dir=Path("/nonexistent"), max_gpu_seconds=admission.cap_gpu_seconds,
-                               stop_below_tokens_per_sec_per_gpu=(None if trial.user_attrs.get("role")
-                                                                  else adaptive_bar(study, spec)))
+                               stop_below_tokens_per_sec_per_gpu=adaptive_bar(study, spec, run=trial.user_attrs))
         result = launcher.launch(request)
         record_result(study, trial, result)
         counts["launched_failed"] += result.status in ("oom", "error")

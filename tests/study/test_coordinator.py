@@ -16,7 +16,7 @@ from tuner.search import suggest_params
 from tuner.spec import complete_params
 from tuner.stats import analyze_record, study_record
 from tuner.storage import open_storage, trial_id
-from tuner.study import RunOptions, enqueue_lost_retries, open_study, run_study
+from tuner.study import RunOptions, adaptive_bar, enqueue_lost_retries, open_study, run_study
 
 
 class FakeLauncher(Launcher):
@@ -197,6 +197,41 @@ def test_ablation_after_search(tmp_path, storage_url):
         assert t.params[knob] == base[knob]
         assert {k: v for k, v in t.params.items() if k != knob} == {k: v for k, v in best.params.items() if k != knob}
     assert {t.user_attrs["ablation_knob"] for t in reverts} == {k for k in base if base[k] != best.params[k]}
+
+
+def test_reverts_stop_once_clearly_worse_and_references_measure_until_precise(tmp_path, storage_url):
+    spec = fast_spec(tmp_path, ablation_share=0.3)
+    launcher = FakeLauncher(spec)
+    run_study(spec, options(storage_url, tmp_path, budget_gpu_seconds=200.0), launcher=launcher)
+    attrs = {t.number: t.user_attrs for t in load(storage_url).trials}
+    bars = {}
+    for request in launcher.calls:
+        a = attrs[request.number]
+        kind = ("revert" if "ablation_knob" in a else a.get("remeasure")) if a.get("role") == "ablation" else a.get(
+            "role", "search")
+        bars.setdefault(kind, set()).add(request.stop_below_tokens_per_sec_per_gpu is not None)
+    # the first search trial has no best to compare with; every later one has a bar
+    assert bars["baseline"] == {False} and bars["best"] == {False} and bars["revert"] == {True}
+    assert True in bars["search"]
+
+
+def test_a_reverts_bar_is_the_rounds_best_re_measurement_not_the_searchs_luckiest_trial(tmp_path):
+    spec = fast_spec(tmp_path)
+    study = optuna.create_study(direction="maximize")
+
+    def add(values, **attrs):
+        study.add_trial(optuna.trial.create_trial(
+            params={}, distributions={}, value=sum(values) / len(values),
+            intermediate_values=dict(enumerate(values)), user_attrs={"status": "ok", **attrs}))
+    add([2000.0, 2010.0, 1990.0, 2000.0])                                        # a lucky search run
+    add([1000.0, 1010.0, 990.0, 1000.0], role="ablation", remeasure="best", ablation_round=1)
+    search_bar = adaptive_bar(study, spec)
+    revert_bar = adaptive_bar(study, spec, run={"role": "ablation", "ablation_knob": "micro_batch",
+                                                "ablation_round": 1})
+    assert 1900 < search_bar < 2000 and 900 < revert_bar < 1000
+    # the next round's reverts wait for that round's re-measurement of the best
+    assert adaptive_bar(study, spec, run={"role": "ablation", "ablation_knob": "micro_batch",
+                                          "ablation_round": 2}) is None
 
 
 class BaselineFailsLauncher(FakeLauncher):

@@ -113,8 +113,8 @@ class SimLauncher(Launcher):
                              capacity_gb=capacity_gb, padding_efficiency=inputs.padding_efficiency,
                              data_wait_frac=prediction.details["data_stall_s"] / prediction.details["step_time_s"],
                              row_len=inputs.seq_len, step_time_s=prediction.details["step_time_s"],
-                             message=(f"CUDA out of memory (simulated): needs {memory_gb:.1f} GB "
-                                      f"of {capacity_gb:.0f} GB per GPU"),
+                             message=(f"CUDA out of memory (simulated): needs {memory_gb * 1e9 / 2**30:.1f} GiB "
+                                      f"of {capacity_gb * 1e9 / 2**30:.1f} GiB per GPU"),
                              details={"mfu": prediction.details.get("mfu"), "model_source": prediction.source})
         else:  # a cluster whose physics differ from helper's (tuner.sim's physics)
             truth = physics_truth(physics, inputs)
@@ -138,8 +138,8 @@ class SimLauncher(Launcher):
             if status in ("ok", "oom"):  # TP can make an FSDP-OOM config fit, and HSDP the reverse
                 status = "oom" if peak_mem_gb > truth.capacity_gb else "ok"
                 if status == "oom" and truth.status == "ok":
-                    message = (f"CUDA out of memory (simulated): needs {peak_mem_gb:.1f} GB "
-                               f"of {truth.capacity_gb:.0f} GB per GPU")
+                    message = (f"CUDA out of memory (simulated): needs {peak_mem_gb * 1e9 / 2**30:.1f} GiB "
+                               f"of {truth.capacity_gb * 1e9 / 2**30:.1f} GiB per GPU")
         peak_mem_gib = peak_mem_gb * 1e9 / 2**30
         if status == "oom":
             step_time_s = truth.step_time_s or 1.0

@@ -152,7 +152,7 @@ def truth(physics: SimPhysics, inputs: ModelInputs) -> SimTruth:
                   row_len=row_len, step_time_s=step_s)
     if peak > spec.memory_gb:
         return SimTruth(status="oom", message=(f"CUDA out of memory (simulated, {physics.name}): needs "
-                                               f"{peak:.1f} GB of {spec.memory_gb:.0f} GB per GPU"), **common)
+                                               f"{peak * 1e9 / 2**30:.1f} GiB of {spec.memory_gib:.1f} GiB per GPU"), **common)
     return SimTruth(status="ok", tokens_per_sec_per_gpu=tps, data_wait_frac=stall / step_s,
                     details={"compute_s": compute, "comm_s": comm, "step_time_s": step_s}, **common)
 

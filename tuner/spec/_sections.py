@@ -118,7 +118,9 @@ class TrialSection:
     """Adaptive measurement: stop a trial early once its CI is tight enough or it is clearly
     worse than the best. The sim launcher and objectives.fsdp_finetune apply it (the launcher
     passes the best trial's CI lower bound in the trial config); a custom `command` that
-    ignores it measures all measure_steps. Baseline and ablation runs always measure all."""
+    ignores it measures all measure_steps. The baseline and the re-measurements of the ablation
+    round measure until precise; its one-knob reverts, like search trials, also stop once clearly
+    worse."""
     min_steps: int = 4
     """Adaptive measurement never stops before this many measured steps (nor before 4,
     the fewest a batch-means CI uses)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -202,9 +202,8 @@ def _run_study(spec: StudySpec, options: RunOptions, on_event: Callable[[TrialEv
                                    params=full_params, spec=spec,
                                    run_dir=runs_dir / f"trial-{trial.number:04d}",
                                    seed=spec.study.seed + trial.number, max_gpu_seconds=reserved,
-                                   # the baseline and ablation runs are references: measure them fully
-                                   stop_below_tokens_per_sec_per_gpu=(
-                                       None if trial.user_attrs.get("role") else adaptive_bar(study, spec, now)))
+                                   stop_below_tokens_per_sec_per_gpu=adaptive_bar(study, spec, now,
+                                                                                  run=trial.user_attrs))
             t0 = time.monotonic()
             # beat well inside the grace period other coordinators judge us by; stop the trial
             # ourselves before they would count it dead (tuner.study's heartbeat)
@@ -367,18 +366,35 @@ def _record_interrupted(study: optuna.Study, trial: optuna.Trial, gpu_seconds: f
             raise
 
 
-def adaptive_bar(study: optuna.Study, spec: StudySpec,
-                 trials: list[optuna.trial.FrozenTrial] | None = None) -> float | None:
-    """Adaptive measurement's bar for the next search trial: the best ok trial's 95% CI lower
-    bound (tuner.study.best_lower_bound), or None (adaptive measurement off, no CI yet).
-    ``trials``: the study as just read (else it is read here)."""
+def adaptive_bar(study: optuna.Study, spec: StudySpec, trials: list[optuna.trial.FrozenTrial] | None = None, *,
+                 run: Mapping[str, Any] | None = None) -> float | None:
+    """Adaptive measurement's bar for the next trial, or None (adaptive measurement off, no CI
+    yet, or a run measured until precise). ``trials``: the study as just read (else it is read
+    here); ``run``: the trial's user attrs.
+
+    A search trial stops once clearly worse than the best: below the best ok trial's 95% CI
+    lower bound (tuner.study.best_lower_bound). An ablation round's one-knob revert stops once
+    clearly worse than the config it reverts: below the lower bound of that round's
+    re-measurement of the best (none yet: no bar). A revert far below the best is known well
+    enough for its knob's worth at a few steps; measured until precise, one whose steps
+    included a stall ran all its measure_steps (on a 1B cluster up to 5.7x the round's median
+    run, and the budget ended before the runoff; docs/benchmarks.md). The search's luckiest
+    trial is not the bar for a revert: a revert near the top would stop on its winner's curse.
+    The baseline and the re-measurements (``remeasure``) are references: no bar."""
     if not spec.trial.adaptive:
+        return None
+    run = run or {}
+    revert = run.get("role") == "ablation" and run.get("ablation_knob") is not None and not run.get("remeasure")
+    if run.get("role") and not revert:
         return None
     if trials is None:
         trials = with_retries(lambda: study.get_trials(deepcopy=False), what="reading finished trials")
-    return best_lower_bound(
-        [t.intermediate_values[k] for k in sorted(t.intermediate_values)]
-        for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("status") == "ok")
+    ok = (t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("status") == "ok")
+    if revert:
+        round_ = run.get("ablation_round", 1)
+        ok = (t for t in ok if t.user_attrs.get("remeasure") == "best"
+              and t.user_attrs.get("ablation_round", 1) == round_)
+    return best_lower_bound([t.intermediate_values[k] for k in sorted(t.intermediate_values)] for t in ok)
 
 
 def _best(trials: list[optuna.trial.FrozenTrial]) -> tuple[float | None, tuple[float, float] | None]:
