@@ -368,19 +368,11 @@ def _record_interrupted(study: optuna.Study, trial: optuna.Trial, gpu_seconds: f
 
 def adaptive_bar(study: optuna.Study, spec: StudySpec, trials: list[optuna.trial.FrozenTrial] | None = None, *,
                  run: Mapping[str, Any] | None = None) -> float | None:
-    """Adaptive measurement's bar for the next trial, or None (adaptive measurement off, no CI
-    yet, or a run measured until precise). ``trials``: the study as just read (else it is read
-    here); ``run``: the trial's user attrs.
-
-    A search trial stops once clearly worse than the best: below the best ok trial's 95% CI
-    lower bound (tuner.study.best_lower_bound). An ablation round's one-knob revert stops once
-    clearly worse than the config it reverts: below the lower bound of that round's
-    re-measurement of the best (none yet: no bar). A revert far below the best is known well
-    enough for its knob's worth at a few steps; measured until precise, one whose steps
-    included a stall ran all its measure_steps (on a 1B cluster up to 5.7x the round's median
-    run, and the budget ended before the runoff; docs/benchmarks.md). The search's luckiest
-    trial is not the bar for a revert: a revert near the top would stop on its winner's curse.
-    The baseline and the re-measurements (``remeasure``) are references: no bar."""
+    """Adaptive measurement's bar for the next trial (None: adaptive measurement off, no CI yet, or
+    measured until precise); ``trials``: the study as just read, ``run``: the trial's user attrs.
+    A search trial's bar is the best ok trial's 95% CI lower bound (best_lower_bound); a revert's,
+    its round's re-measurement of the best (none yet: no bar), not the search's luckiest trial.
+    The baseline and re-measurements measure until precise (docs/statistics.md, section 2)."""
     if not spec.trial.adaptive:
         return None
     run = run or {}
