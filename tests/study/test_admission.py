@@ -48,3 +48,29 @@ def test_an_admission_cut_short_is_failed_at_no_cost_and_its_config_queued_once(
     assert retry.system_attrs["fixed_params"] == cut.params  # enqueued: its config runs again
     abandon_admission(study, trial)  # already finished: nothing more
     assert len(study.get_trials()) == 2
+
+
+def test_a_stale_trial_never_admitted_is_interrupted_at_no_cost_and_an_admitted_one_is_lost(storage_url):
+    """An ask that committed as the storage went (asked, never reserved) goes stale like a dead
+    coordinator's trial; it never launched, so it costs nothing (as an admission cut short)."""
+    import time
+
+    from tuner.storage import admission_lock, open_storage
+    from tuner.study import fail_stale_trials
+
+    storage = open_storage(storage_url, grace_period_s=2)
+    study = optuna.create_study(study_name="s", storage=storage)
+    orphan = study.ask({"micro_batch": DIST["micro_batch"]})          # asked, never admitted
+    admitted = study.ask({"micro_batch": DIST["micro_batch"]})
+    admitted.set_user_attr("reserved_gpu_seconds", 100.0)              # admitted, then its coordinator died
+    time.sleep(3.5)                                                    # past the 2 s grace
+    with admission_lock(storage, "s"):
+        failed = fail_stale_trials(study)
+    assert sorted(failed) == [orphan.number, admitted.number]
+    trials = study.get_trials(deepcopy=False)
+    never = trials[orphan.number].user_attrs
+    assert trials[orphan.number].state == TrialState.FAIL and never["status"] == "interrupted"
+    assert never["gpu_seconds"] == 0.0 and never["never_launched"] is True
+    assert trials[admitted.number].user_attrs["status"] == "lost"
+    # each config queued again once
+    assert sum(t.state == TrialState.WAITING for t in trials) == 2

@@ -33,6 +33,9 @@ __all__ = ["HeartbeatRDBStorage", "StudyView", "trial_id", "params_in_one_transa
            "missing_internals", "fail_stale_trials", "set_finished_trial_user_attrs", "write_trial", "study_id",
            "rdb_models", "scoped_session"]
 
+StaleAttrs = Mapping[str, Any] | Callable[[Mapping[str, Any]], Mapping[str, Any]]
+"""What a stale trial's FAIL writes: user attrs, or a function of those it holds that returns them."""
+
 
 def trial_id(trial: optuna.Trial | FrozenTrial) -> int:
     """The storage's id of a trial (Optuna keeps it private: ``_trial_id``)."""
@@ -78,12 +81,10 @@ def write_trial(study: optuna.Study, trial: optuna.Trial | FrozenTrial, *, steps
                 user_attrs: dict[str, Any] | None = None, constraints: dict[str, float] | None = None,
                 conn: Any = None) -> None:
     """A running trial's intermediate values and user attrs: in one transaction on tuner's RDB
-    storage (``HeartbeatRDBStorage.record``), else one by one through the study's storage (an
-    in-memory study of a bench or a test). ``constraints``: Optuna's constraint values
-    (``Trial.set_constraint``, which reads the whole trial first), in the same transaction, each
-    only where it is not set yet, as Optuna keeps them. ``conn``: the PostgreSQL admission lock's own
-    connection (tuner.storage.admission_lock): user attrs alone are then written on it in one
-    statement, with no second connection and no round trip beyond it, while the lock is held.
+    storage (``HeartbeatRDBStorage.record``), else one by one (an in-memory study of a bench or a
+    test). ``constraints``: Optuna's constraint values (``Trial.set_constraint``), in the same
+    transaction, each only where not set yet. ``conn``: the PostgreSQL admission lock's own
+    connection (tuner.storage.admission_lock): user attrs alone are written on it in one statement.
 
     Raises:
         optuna.exceptions.UpdateFinishedTrialError: the trial is finished (another process
@@ -163,11 +164,9 @@ missing_internals() checks Optuna still uses it."""
 class HeartbeatRDBStorage(optuna.storages.RDBStorage):
     """Optuna's RDBStorage whose RUNNING trials always carry a heartbeat.
 
-    Optuna finds a trial stale only from its heartbeat row, and tuner drives trials with
-    ask/tell: a trial whose coordinator died between ``ask`` and its first beat (or an ``ask``
-    retried after its first attempt had landed) would stay RUNNING forever. Beating the moment
-    a trial becomes RUNNING leaves only the milliseconds between two commits uncovered, and
-    :meth:`beat_orphans` (run with every stale check) covers those.
+    Optuna finds a trial stale only from its heartbeat row: under ask/tell a trial whose
+    coordinator died between ``ask`` and its first beat would stay RUNNING forever. It beats the
+    moment it runs; :meth:`beat_orphans` (with every stale check) covers the commit between.
     """
 
     @property
@@ -178,8 +177,7 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
 
     @property
     def grace(self) -> datetime.timedelta:
-        """How old a RUNNING trial's heartbeat may be before the trial is stale (Optuna's rule:
-        the grace period, else two heartbeat intervals)."""
+        """How old a RUNNING trial's beat may be before it is stale (grace period, else 2 intervals)."""
         return datetime.timedelta(seconds=self.grace_period or 2 * (self.heartbeat_interval or 0))
 
     def _first_beat(self, trial_id_: int) -> None:
@@ -227,12 +225,10 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
     def record(self, trial_id_: int, *, steps: Sequence[tuple[int, float]] = (),
                user_attrs: dict[str, Any] | None = None, system_attrs: dict[str, Any] | None = None,
                heartbeat: bool = False) -> dict[str, Any]:
-        """A finished trial's intermediate values and user attrs in one transaction and a
-        handful of statements (Optuna writes each in a transaction of its own, two queries
-        apiece: some 60 round trips for a trial's result), and system attrs not set yet
-        (constraints); returns the system attrs it wrote. ``heartbeat``: the trial's heartbeat
-        too (the server's clock), as ``record_heartbeat`` writes it. All or nothing: a trial
-        another process has finished raises UpdateFinishedTrialError and nothing of it is written."""
+        """A finished trial's intermediate values, user attrs and system attrs not set yet
+        (constraints) in one transaction (Optuna: some 60 round trips); returns the system attrs
+        written. ``heartbeat``: its heartbeat too (the server's clock). All or nothing: a trial
+        another process finished raises UpdateFinishedTrialError and nothing is written."""
         from optuna.storages._rdb.storage import _create_scoped_session
 
         attrs, written = dict(user_attrs or {}), {}
@@ -280,13 +276,10 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
             self._first_beat(trial_id)
         return changed
 
-
     def beat_orphans(self, study_id: int) -> list[int]:
         """Give a first heartbeat (the server's ``now()``) to the study's RUNNING trials that
-        have none; returns their ids. A trial whose ``ask`` committed while the storage went
-        away (the first beat failed, and the ask raised before its coordinator held the trial)
-        has no beat, so Optuna would never find it stale and the study would wait on it forever;
-        with this beat it goes stale one grace period later, like a dead coordinator's."""
+        have none; returns their ids. An ``ask`` that committed as the storage went has no beat
+        and would never go stale; with this one it does a grace period later (never launched)."""
         with scoped_session(self) as session:
             running = {tid for (tid,) in session.query(_models.TrialModel.trial_id).filter(
                 _models.TrialModel.study_id == study_id, _models.TrialModel.state == TrialState.RUNNING)}
@@ -299,10 +292,11 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
             self.record_heartbeat(tid)
         return orphans
 
-    def fail_if_stale(self, trial_id_: int, attrs: Mapping[str, Any]) -> bool:
+    def fail_if_stale(self, trial_id_: int, attrs: StaleAttrs) -> bool:
         """FAIL a RUNNING trial whose heartbeat is older than the grace period, with ``attrs``
-        (its status and message), in one transaction on the locked trial row. False when it
-        is not RUNNING any more (its coordinator recorded it) or it beat again meanwhile.
+        (its status and message; or a function of the trial's user attrs as the locked row
+        holds them, that returns them), in one transaction on the locked trial row. False when
+        it is not RUNNING any more (its coordinator recorded it) or it beat again meanwhile.
 
         Optuna's own ``fail_stale_trials`` FAILs first and leaves the attrs to a callback, which
         cannot write them (a finished trial refuses user attrs): the FAIL carried no reason.
@@ -315,6 +309,9 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
             now = session.execute(sqlalchemy.func.now()).scalar().replace(tzinfo=None)  # the server's clock
             if beat is None or now - beat.heartbeat <= self.grace:
                 return False
+            if callable(attrs):
+                attrs = attrs({a.key: json.loads(a.value_json)
+                               for a in _models.TrialUserAttributeModel.where_trial_id(trial_id_, session)})
             for key, value in attrs.items():
                 self._set_trial_attr_without_commit(session, _models.TrialUserAttributeModel, trial_id_, key, value)
             trial.state = TrialState.FAIL
@@ -322,9 +319,10 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
         return True
 
 
-def fail_stale_trials(study: optuna.Study, attrs: Mapping[str, Any]) -> list[FrozenTrial]:
+def fail_stale_trials(study: optuna.Study, attrs: StaleAttrs) -> list[FrozenTrial]:
     """FAIL the study's RUNNING trials whose heartbeat is older than the grace period, each
-    with ``attrs`` written in the same transaction (:meth:`HeartbeatRDBStorage.fail_if_stale`);
+    with ``attrs`` (or ``attrs(its user attrs)``) written in the same transaction
+    (:meth:`HeartbeatRDBStorage.fail_if_stale`);
     returns them, for the caller's retry. Staleness is judged on the database server's clock
     alone (heartbeats are written with its ``now()``): coordinators' clocks may differ."""
     rdb = rdb_storage(study)
@@ -376,6 +374,8 @@ def missing_internals() -> list[str]:
               "the study cache's _backend": lambda: study._storage._backend,  # noqa: SLF001
               "RDBStorage._create_new_trial": lambda: optuna.storages.RDBStorage._create_new_trial,  # noqa: SLF001
               "RDBStorage._get_stale_trial_ids": lambda: optuna.storages.RDBStorage._get_stale_trial_ids,  # noqa: SLF001
+              "TrialUserAttributeModel.where_trial_id (fail_if_stale)":
+                  lambda: _models.TrialUserAttributeModel.where_trial_id,
               "RDBStorage._set_trial_attr_without_commit (fail_if_stale, end_if_waiting)":
                   lambda: optuna.storages.RDBStorage._set_trial_attr_without_commit,  # noqa: SLF001
               "optuna.storages._rdb.storage._create_scoped_session": lambda: scoped_session(rdb),

@@ -17,6 +17,7 @@ at most one trial.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import optuna
@@ -200,7 +201,16 @@ def fail_stale_trials(study: optuna.Study) -> list[int]:
     grace = getattr(rdb_storage(study), "grace_period", None)
     message = (f"its coordinator stopped beating for over {grace} s (the grace period): it died, was frozen, "
                "or lost the storage; charged its last heartbeat's GPU-seconds, retried once")
-    failed = storage_fail_stale(study, {"status": LOST, "message": message})
+
+    def attrs(user_attrs: Mapping[str, Any]) -> dict[str, Any]:
+        # no reservation: asked, never admitted (an ask that committed as the storage went, or
+        # its process died before reserving): never launched, costs nothing, as abandon_admission
+        if "reserved_gpu_seconds" in user_attrs:
+            return {"status": LOST, "message": message}
+        return {"status": INTERRUPTED, "gpu_seconds": 0.0, "never_launched": True,
+                "message": f"asked but never admitted: its coordinator stopped beating for over {grace} s "
+                           "before reserving its budget; never launched, queued again once"}
+    failed = storage_fail_stale(study, attrs)
     for frozen in failed:
         retry_once(study, frozen)
     return [t.number for t in failed]
