@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from helper import DEFAULT_MEAN_TOKENS_PER_EXAMPLE, UnsupportedCollective, estimate_memory, get_gpu, resolve_constants
+from helper.gpus import gib
 from helper.throughput import plan_step, step_time_breakdown
 from tuner.model import ModelInputs
 
@@ -152,7 +153,7 @@ def truth(physics: SimPhysics, inputs: ModelInputs) -> SimTruth:
                   row_len=row_len, step_time_s=step_s)
     if peak > spec.memory_gb:
         return SimTruth(status="oom", message=(f"CUDA out of memory (simulated, {physics.name}): needs "
-                                               f"{peak * 1e9 / 2**30:.1f} GiB of {spec.memory_gib:.1f} GiB per GPU"), **common)
+                                               f"{gib(peak):.1f} GiB of {spec.memory_gib:.1f} GiB per GPU"), **common)
     return SimTruth(status="ok", tokens_per_sec_per_gpu=tps, data_wait_frac=stall / step_s,
                     details={"compute_s": compute, "comm_s": comm, "step_time_s": step_s}, **common)
 

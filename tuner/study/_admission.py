@@ -207,13 +207,17 @@ def fail_stale_trials(study: optuna.Study) -> list[int]:
         # its process died before reserving): never launched, costs nothing, as abandon_admission
         if "reserved_gpu_seconds" in user_attrs:
             return {"status": LOST, "message": message}
-        return {"status": INTERRUPTED, "gpu_seconds": 0.0, "never_launched": True,
-                "message": f"asked but never admitted: its coordinator stopped beating for over {grace} s "
-                           "before reserving its budget; never launched, queued again once"}
+        return _never_launched(f"asked but never admitted: its coordinator stopped beating for over {grace} s "
+                               "before reserving its budget; never launched, queued again once")
     failed = storage_fail_stale(study, attrs)
     for frozen in failed:
         retry_once(study, frozen)
     return [t.number for t in failed]
+
+
+def _never_launched(message: str) -> dict[str, Any]:
+    """The user attrs of a trial FAILed before its launch: it costs nothing (the budget ledger)."""
+    return {"gpu_seconds": 0.0, "never_launched": True, "status": INTERRUPTED, "message": message}
 
 
 def finished(study: optuna.Study, trial: optuna.Trial) -> bool:
@@ -226,9 +230,7 @@ def abandon_admission(study: optuna.Study, trial: optuna.Trial,
     ran, costs nothing. Call it under the admission lock, as every FAIL-and-retry."""
     if finished(study, trial):
         return
-    trial.set_user_attr("gpu_seconds", 0.0)
-    trial.set_user_attr("never_launched", True)
-    trial.set_user_attr("status", INTERRUPTED)
-    trial.set_user_attr("message", message)
+    for key, value in _never_launched(message).items():
+        trial.set_user_attr(key, value)
     study.tell(trial, state=TrialState.FAIL)
     retry_once(study, study_storage(study).get_trial(trial_id(trial)))
