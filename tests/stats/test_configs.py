@@ -83,3 +83,20 @@ def test_a_small_excess_over_large_errors_is_known_to_few_degrees_of_freedom():
     tight = launch_variance(groups(0.0, 0.04, seed=6))   # spread under the errors: nothing in excess
     if tight.raw_tau2 == 0:
         assert tight.tau2_df == tight.df
+
+
+def test_a_ratio_of_two_configs_counts_their_shared_launch_variance_once():
+    """Both configs' tau2 is one estimate: where it dominates, the ratio's df is tau2's, not the
+    twice-as-many a sum of two independent parts would claim; and the interval is wider for it."""
+    one = lambda m: [{"mean": m, "se": m * 0.001, "df": 1e6}]  # noqa: E731  (launch-dominated runs)
+    num, den = (config_estimate(one(m), tau2=0.04**2, tau_df=4) for m in (1300.0, 1000.0))
+    shared = ratio_estimate(num, den)
+    apart = ratio_estimate(num, config_estimate(one(1000.0), tau2=0.04**2 * (1 + 1e-12), tau_df=4))
+    from scipy import stats
+    quantile = math.log(shared["ci95"][1] / shared["mean"]) / math.sqrt(num["log_var"] + den["log_var"])
+    assert quantile == pytest.approx(stats.t.ppf(0.975, 4), rel=1e-3)       # tau2's 4 df
+    assert shared["ci95"][1] > apart["ci95"][1] and shared["p_value"] > apart["p_value"]
+    # a scale on the runs' se (stalls) is one estimate too: m runs' scaled parts share its df
+    runs = [{"mean": 1000.0 * (1 + 0.01 * i), "se": 50.0, "df": 1e6} for i in range(3)]
+    scaled = config_estimate(runs, tau2=0.0, tau_df=5, se_scale=0.2)
+    assert scaled["df"] == pytest.approx(5.0, rel=1e-3)

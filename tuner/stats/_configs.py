@@ -100,25 +100,37 @@ def config_estimate(runs: Sequence[dict[str, Any]], *, tau2: float, tau_df: int,
     logs = [math.log(r["mean"]) for r in runs]
     rel = [se_scale * (r["se"] / r["mean"]) ** 2 for r in runs]
     log_mean = sum(logs) / m
-    # (part, its df, the floor of its df): tau2's df is not floored at 1, as a small excess over
-    # large errors is known to less than one df as a variance of its own, and that is what
-    # brings the sum's df down to V's (:attr:`LaunchVariance.tau2_df`)
-    parts = [(tau2 / m, tau_df if tau2_df is None else tau2_df, 1.0 if tau2_df is None else 1e-9)] \
-        if tau2 > 0 and tau_df > 0 else []
-    # a scaled se is known only as well as the scale: the re-measurements' df (tau_df)
-    parts += [(v / m**2, r["df"] if se_scale == 1.0 else min(r["df"], max(tau_df, 1.0)), 1.0)
-              for v, r in zip(rel, runs)]
-    log_var = sum(p for p, _, _ in parts)
-    df = log_var**2 / sum(p**2 / max(d, floor) for p, d, floor in parts) if log_var > 0 else math.inf
+    # the variance's parts: each run's own se^2 (independent), and two estimates shared by
+    # every config read with the same launch variance (the launch part, tau2; the scale on the
+    # runs' se, fitted to the same re-measurements), whose errors move every part they enter
+    # together: each counts once in the Satterthwaite sum with its own df, here and in a ratio
+    # of two configs (:func:`ratio_estimate`). tau2's df is not floored at 1: a small excess
+    # over large errors is known to less than one df as a variance of its own, and that brings
+    # the sum's df down to V's (:attr:`LaunchVariance.tau2_df`)
+    own = [(v / m**2, max(r["df"], 1.0)) for v, r in zip(rel, runs)]
+    shared = {}
+    if tau2 > 0 and tau_df > 0:
+        shared["launch"] = (tau2 / m, max(tau_df, 1.0) if tau2_df is None else max(tau2_df, 1e-9), tau2)
+    if se_scale != 1.0:   # a scaled se is known only as well as the scale: the re-measurements' df
+        shared["scale"] = (sum(p for p, _ in own), max(tau_df, 1.0), se_scale)
+    log_var = sum(p for p, _ in own) + (shared["launch"][0] if "launch" in shared else 0.0)
+    own_term = sum(p**2 / d for p, d in own)
+    df = log_var**2 / (own_term + sum(v**2 / d for v, d, _ in shared.values())) if log_var > 0 else math.inf
     half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, df)) * math.sqrt(log_var)
     mean = math.exp(log_mean)
     return {"mean": mean, "ci95": [mean * math.exp(-half), mean * math.exp(half)], "log_mean": log_mean,
-            "log_var": log_var, "df": df, "n_runs": m}
+            "log_var": log_var, "df": df, "n_runs": m, "parts": {"own_df_term": own_term, "shared": shared}}
 
 
 def ratio_estimate(num: dict[str, Any] | None, den: dict[str, Any] | None) -> dict[str, Any] | None:
     """num / den with a t-interval on the log ratio (Welch-Satterthwaite df) and a two-sided
-    p-value for "no difference"."""
+    p-value for "no difference".
+
+    Two :func:`config_estimate` results read with the same launch variance share its estimate
+    (and the scale on their runs' se): its sampling error moves both variances together, so
+    each shared part counts once in the Satterthwaite sum, with its own df. Summed as
+    independent, two equal parts would claim twice the df, and the interval be too short where
+    launches dominate."""
     from scipy import stats
 
     if not num or not den:
@@ -128,7 +140,18 @@ def ratio_estimate(num: dict[str, Any] | None, den: dict[str, Any] | None) -> di
     ratio = math.exp(log_ratio)
     if var <= 0:
         return {"mean": ratio, "ci95": [ratio, ratio], "p_value": 0.0 if log_ratio else 1.0}
-    df = var**2 / (num["log_var"] ** 2 / max(num["df"], 1.0) + den["log_var"] ** 2 / max(den["df"], 1.0))
+    a, b = num.get("parts"), den.get("parts")
+    if a and b:   # shared estimates (the same one: same value and df) count once, summed
+        term = a["own_df_term"] + b["own_df_term"]
+        for name in {*a["shared"], *b["shared"]}:
+            pa, pb = a["shared"].get(name), b["shared"].get(name)
+            if pa and pb and pa[1:] == pb[1:]:
+                term += (pa[0] + pb[0]) ** 2 / pa[1]
+            else:
+                term += sum(p[0] ** 2 / p[1] for p in (pa, pb) if p)
+        df = var**2 / term
+    else:
+        df = var**2 / (num["log_var"] ** 2 / max(num["df"], 1.0) + den["log_var"] ** 2 / max(den["df"], 1.0))
     half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, df)) * math.sqrt(var)
     p = float(2 * stats.t.sf(abs(log_ratio) / math.sqrt(var), df))
     return {"mean": ratio, "ci95": [ratio * math.exp(-half), ratio * math.exp(half)], "p_value": p}
