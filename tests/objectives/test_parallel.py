@@ -5,7 +5,7 @@ torchrun (2 CPU processes, gloo; slow)."""
 import pytest
 
 from objectives.parallel import TP_PLAN, describe_layout, plan_layout
-from tests.objectives.test_fsdp_finetune import torchrun, trial_config  # noqa: E402
+from tests.objectives.test_fsdp_finetune import torchrun, trial_config, why  # noqa: E402
 
 
 @pytest.mark.parametrize("knobs, world, gpn, mesh, dp", [
@@ -47,7 +47,7 @@ def test_tp_plan_splits_megatron_style():
 def test_torchrun_layout_runs_and_counts_each_row_once(tmp_path, params, mesh, rows_per_step):
     raw = trial_config(tmp_path, padding="packed", **params)  # packed: every row is seq_len real tokens
     proc, lines = torchrun(tmp_path, raw, "run", env={"NCCL_ALGO": "Ring"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, why(proc)
     summary = lines[-1]
     assert summary["event"] == "summary" and summary["layout"]["mesh"] == mesh
     assert summary["knobs"]["sharding"] == raw["params"].get("sharding", "full_shard")

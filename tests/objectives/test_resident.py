@@ -7,7 +7,6 @@ switch's tokens/s beside a cold start of the same config (on a GPU, or `--dry-ru
 
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -15,14 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.objectives.test_fsdp_finetune import trial_config
+from tests.objectives.test_fsdp_finetune import PORT_RACE, trial_config
 from tuner import protocol
 
 pytestmark = pytest.mark.slow  # torchrun jobs of the real objective
 
 REPO = Path(__file__).resolve().parents[2]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-_PORT_RACE = re.compile(r"EADDRINUSE|[Aa]ddress already in use|failed to listen on any local network address")
 
 # grad_accum 3 is an OOM on every rank at the first step (injected: a CPU run has no allocator limit)
 _OOM_AT_GRAD_ACCUM_3 = '''
@@ -97,7 +95,7 @@ def run_cold(tmp_path, i, params, tag="cold"):
         done = subprocess.run([*TORCHRUN, "-m", "objectives.fsdp_finetune"], cwd=REPO, env=env_for(config, result),
                               capture_output=True, text=True, timeout=300)
         # two torchruns started together can race for one rendezvous port (`--standalone`): once more
-        if done.returncode == 0 or attempt == 2 or not _PORT_RACE.search(done.stderr):
+        if done.returncode == 0 or attempt == 2 or not PORT_RACE.search(done.stderr):
             break
         result.unlink(missing_ok=True)
     assert done.returncode == 0, f"the cold trial failed (exit {done.returncode}):\n{done.stderr[-3000:]}"
