@@ -237,6 +237,23 @@ def test_admission_locks_of_two_studies_do_not_block_each_other(pg_url):
         assert done.wait(timeout=10)
 
 
+def test_a_connection_lost_under_the_admission_lock_raises_what_retries_know(pg_url):
+    """The lock's session ends with its connection (a server restart): the caller sees the lost
+    connection, which tuner's retries wait out, not SQLAlchemy's PendingRollbackError from an
+    unlock on the dead connection; and the lock is free for the next admission."""
+    storage = open_storage(pg_url, heartbeat=False)
+    killer = sqlalchemy.create_engine(pg_url, poolclass=sqlalchemy.pool.NullPool)
+    with pytest.raises(sqlalchemy.exc.OperationalError):
+        with admission_lock(storage, "s") as conn:
+            pid = conn.execute(sqlalchemy.text("SELECT pg_backend_pid()")).scalar()
+            with killer.connect() as k:
+                k.execute(sqlalchemy.text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+            conn.execute(sqlalchemy.text("SELECT 1"))
+    killer.dispose()
+    with admission_lock(storage, "s") as conn:
+        assert conn.execute(sqlalchemy.text("SELECT 1")).scalar() == 1
+
+
 # ------------------------------------------------------------- PostgreSQL specifics
 
 def test_one_idle_connection_per_process_and_a_bounded_peak(pg_url):

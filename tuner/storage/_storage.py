@@ -250,10 +250,17 @@ def _advisory_lock(engine: sqlalchemy.engine.Engine, key: int) -> Iterator[sqlal
         try:
             yield conn
         finally:
-            try:
-                conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
-            except _TRANSIENT:
-                pass  # the session died (server restart) and took its lock with it
+            # a connection lost under the lock (a server restart) ended its session, and the lock
+            # with it: nothing to release, and the error that lost it goes on to the caller's
+            # retries (unlocking on it raised SQLAlchemy's PendingRollbackError instead, which no
+            # retry knows: a coordinator died of a restart under load)
+            if not conn.invalidated:
+                try:
+                    if conn.in_transaction():
+                        conn.rollback()   # an error under the lock leaves SQLAlchemy's transaction open
+                    conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+                except _TRANSIENT:
+                    pass  # the session died meanwhile and took its lock with it
 
 
 @contextlib.contextmanager
