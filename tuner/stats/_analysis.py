@@ -233,10 +233,9 @@ def analyze_record(record: StudyRecord, *, n_boot: int = N_BOOT, seed: int = 0) 
                                  + (f"(from {launch.raw_df} df of re-measurements and the prior)" if launch.raw_df
                                     else "(from the stated prior alone: no config was re-measured)"),
                    "importance": importance_model.get("method", "too few ok trials"),
-                   "winners_curse": "best chosen on the search and each config's re-measurements but its "
-                                    "confirmation runs (a runoff finalist's last runoff run; otherwise the later half "
-                                    "of its re-measurements); its throughput and speedup from those runs, which did "
-                                    "not choose it, when it has them (winners_curse_adjusted)",
+                   "winners_curse": "best chosen on the search and the first half of each config's re-measurements; "
+                                    "its throughput and speedup from the later half (confirmation runs that did not "
+                                    "choose it) when it has them (winners_curse_adjusted)",
                    "failures": "oom/timeout/error per run; exact binomial CIs; configs failing >= 25% are not "
                                "recommended",
                    "marginal_effects": "survivor means (ok trials only)"},

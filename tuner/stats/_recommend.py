@@ -42,27 +42,18 @@ def _is_remeasure(t: TrialRecord) -> bool:
 
 
 def confirmation_runs(trials: Sequence[TrialRecord], cis: RunCIs) -> set[int]:
-    """Trial numbers held out of the choice: a runoff finalist's last runoff run; for any other
-    config the later half (by trial number) of its re-measurements where it has at least two.
-    Which runs are held out is fixed before any value is read, so the chosen config's held-out
-    runs read as any launch of it would: its numbers come from runs that did not choose it (the
-    winner's curse; issue 29). A runoff's earlier runs choose: they are what it is for (as the
-    later half of a finalist's runs, two of a warm runoff's three were held out, and near-ties
-    were decided on fewer runs than the runoff had measured; issue 28)."""
+    """Trial numbers held out of the choice: the later half (by trial number) of each config's
+    re-measurements where it has at least two. Which runs are held out is fixed before any
+    value is read, so the chosen config's held-out runs read as any launch of it would: its
+    numbers come from runs that did not choose it (the winner's curse; issue 29)."""
     by_config: dict[str, list[int]] = {}
-    last_runoff: dict[str, int] = {}
     for t in trials:
         if _is_remeasure(t) and t.number in cis:
-            key = config_key(t.params)
-            by_config.setdefault(key, []).append(t.number)
-            if t.remeasure == RUNOFF:
-                last_runoff[key] = max(last_runoff.get(key, -1), t.number)
+            by_config.setdefault(config_key(t.params), []).append(t.number)
     out: set[int] = set()
-    for key, numbers in by_config.items():
+    for numbers in by_config.values():
         numbers.sort()
-        if key in last_runoff and len(numbers) >= 2:
-            out.add(last_runoff[key])
-        elif len(numbers) >= 2:
+        if len(numbers) >= 2:
             out.update(numbers[len(numbers) - len(numbers) // 2:])
     return out
 
