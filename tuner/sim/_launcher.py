@@ -113,8 +113,7 @@ class SimLauncher(Launcher):
                              capacity_gb=capacity_gb, padding_efficiency=inputs.padding_efficiency,
                              data_wait_frac=prediction.details["data_stall_s"] / prediction.details["step_time_s"],
                              row_len=inputs.seq_len, step_time_s=prediction.details["step_time_s"],
-                             message=(f"CUDA out of memory (simulated): needs {memory_gb * 1e9 / 2**30:.1f} GiB "
-                                      f"of {capacity_gb * 1e9 / 2**30:.1f} GiB per GPU"),
+                             message=_oom_message(memory_gb, capacity_gb),
                              details={"mfu": prediction.details.get("mfu"), "model_source": prediction.source})
         else:  # a cluster whose physics differ from helper's (tuner.sim's physics)
             truth = physics_truth(physics, inputs)
@@ -138,9 +137,8 @@ class SimLauncher(Launcher):
             if status in ("ok", "oom"):  # TP can make an FSDP-OOM config fit, and HSDP the reverse
                 status = "oom" if peak_mem_gb > truth.capacity_gb else "ok"
                 if status == "oom" and truth.status == "ok":
-                    message = (f"CUDA out of memory (simulated): needs {peak_mem_gb * 1e9 / 2**30:.1f} GiB "
-                               f"of {truth.capacity_gb * 1e9 / 2**30:.1f} GiB per GPU")
-        peak_mem_gib = peak_mem_gb * 1e9 / 2**30
+                    message = _oom_message(peak_mem_gb, truth.capacity_gb)
+        peak_mem_gib = _gib(peak_mem_gb)
         if status == "oom":
             step_time_s = truth.step_time_s or 1.0
             wall = startup_s + step_time_s
@@ -189,6 +187,16 @@ class SimLauncher(Launcher):
                                   "layout": layout["layout"] if layout else None, "checkpoint": saves,
                                   "measure_seconds": wall - startup_s},
                            **common)
+
+
+def _gib(gb: float) -> float:
+    """GB (1e9 bytes, helper's unit) in GiB (2^30 bytes, as cards are sold and CUDA reports)."""
+    return gb * 1e9 / 2**30
+
+
+def _oom_message(needs_gb: float, capacity_gb: float) -> str:
+    """A simulated OOM, in GiB as PyTorch's own CUDA OOM says it."""
+    return f"CUDA out of memory (simulated): needs {_gib(needs_gb):.1f} GiB of {_gib(capacity_gb):.1f} GiB per GPU"
 
 
 def _step_times(rng: np.random.Generator, step_time_s: float, n: int) -> np.ndarray:

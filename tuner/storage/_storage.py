@@ -256,8 +256,6 @@ def _advisory_lock(engine: sqlalchemy.engine.Engine, key: int) -> Iterator[sqlal
             # retry knows: a coordinator died of a restart under load)
             if not conn.invalidated:
                 try:
-                    if conn.in_transaction():
-                        conn.rollback()   # an error under the lock leaves SQLAlchemy's transaction open
                     conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
                 except _TRANSIENT:
                     pass  # the session died meanwhile and took its lock with it
