@@ -27,7 +27,7 @@ _EXPORTS = {
     "parse_budget": "tuner.budget",
     "RunOptions": "tuner.study", "TrialEvent": "tuner.study", "run_study": "tuner.study",
     "RunSummary": "tuner.study", "open_study": "tuner.study", "study_status": "tuner.study",
-    "load_existing_study": "tuner.study",
+    "load_existing_study": "tuner.storage",
     "StudySpec": "tuner.spec", "load_spec": "tuner.spec", "parse_spec": "tuner.spec",
     "analyze_study": "tuner.stats",
     "open_storage": "tuner.storage", "resolve_storage_url": "tuner.storage",

@@ -77,9 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument("--storage", help=_STORAGE_HELP)
     analyze.add_argument("--study-name", required=True)
     analyze.add_argument("--out", required=True, type=Path, help="output folder")
-    analyze.add_argument("--n-boot", type=_number(int, 0), default=200,
+    analyze.add_argument("--n-boot", type=_number(int, 0), default=None,
                          help="bootstrap resamples of the importance CIs; 0 for none, which also makes \"matters\" "
-                              "a point-estimate call (default 200)")
+                              "a point-estimate call (default: the statistics' own, 200; `tuner report` reuses "
+                              "an analysis made with the default)")
 
     report = sub.add_parser("report", help="report.html (plots) and RECIPE.md; saves the recipe as the study's dashboard note",
                             description="A one-page RECIPE.md for the team (the settings to apply, what they buy, "
@@ -266,7 +267,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------- analysis & report
 
 def _load(args: argparse.Namespace):
-    from tuner.study import load_existing_study
+    from tuner.storage import load_existing_study
     return load_existing_study(_storage(args), args.study_name)
 
 

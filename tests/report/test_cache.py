@@ -55,3 +55,23 @@ def test_the_key_follows_trials_spec_and_completion():
     running = analysis_key(study, n_boot=200)
     study.tell(trial, 1.0)
     assert analysis_key(study, n_boot=200) not in (key, running)
+
+
+def test_a_report_that_reuses_its_analysis_loads_no_statistics(tmp_path):
+    """`tuner report` after `tuner analyze` reads analysis.json and draws: neither SciPy's
+    statistics nor scikit-learn (optuna-dashboard's web app) is imported, which was half of
+    its time (issue 32)."""
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path}/t.db"
+    optuna.copy_study(from_study_name="synthetic", from_storage=study_storage(synthetic_study(n=12)), to_storage=url)
+    args = ["--storage", url, "--study-name", "synthetic", "--out", str(tmp_path / "out")]
+    code = ("import sys\nfrom tuner.cli import main\nassert main(sys.argv[1:]) == 0\n"
+            "print(sorted(m for m in ('scipy.stats', 'sklearn', 'optuna_dashboard') if m in sys.modules))")
+    first = subprocess.run([sys.executable, "-c", code, "analyze", *args],
+                           capture_output=True, text=True, check=True)
+    assert "'scipy.stats'" in first.stdout.splitlines()[-1]      # analyze computes
+    again = subprocess.run([sys.executable, "-c", code, "report", *args], capture_output=True, text=True, check=True)
+    assert "reused" in again.stdout, again.stdout
+    assert again.stdout.splitlines()[-1] == "[]", again.stdout

@@ -45,6 +45,26 @@ def test_report_files_and_dashboard_note(study_and_analysis, tmp_path):
     assert "Recipe" in note["body"]
 
 
+
+def _note(study) -> str:
+    from optuna_dashboard._note import get_note_from_system_attrs
+    storage = study_storage(study)
+    return get_note_from_system_attrs(storage.get_study_system_attrs(
+        storage.get_study_id_from_name(study.study_name)), None)["body"]
+
+
+def test_dashboard_note_through_the_package_where_its_writer_moved(monkeypatch):
+    """The note's writer is loaded from optuna_dashboard/_note.py alone (the package's web app
+    costs a second); where that file is not there, the package's own import writes it."""
+    import importlib.util
+    study = synthetic_study(n=6, seed=3)
+    real = importlib.util.spec_from_file_location
+    monkeypatch.setattr(importlib.util, "spec_from_file_location",
+                        lambda name, where, *a, **k: real(name, str(where).replace("_note.py", "_gone.py"), *a, **k))
+    assert save_recipe_note(study, "# Recipe: moved") and _note(study) == "# Recipe: moved"
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)   # not installed
+    assert not save_recipe_note(study, "# Recipe: nowhere") and _note(study) == "# Recipe: moved"
+
 # Appended to a copy of the page by the test only: measures the layout after plotly drew it.
 _MEASURE = """<script>window.addEventListener('load', function () { setTimeout(function () {
   var d = document.documentElement, h = document.getElementById('headline').getBoundingClientRect();

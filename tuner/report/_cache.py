@@ -21,24 +21,19 @@ CACHE_KEY = "cache_key"
 
 
 def _stats_source_hash() -> str:
-    import tuner.stats
+    # found, not imported: a report that reuses its analysis never loads the statistics (SciPy)
+    from importlib.util import find_spec
 
     digest = hashlib.sha256()
-    for path in sorted(Path(tuner.stats.__file__).parent.glob("*.py")):
+    for path in sorted(Path(find_spec("tuner.stats").submodule_search_locations[0]).glob("*.py")):
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 
-def _default_n_boot() -> int:
-    import inspect
-
-    from tuner.stats import analyze_study
-    return inspect.signature(analyze_study).parameters["n_boot"].default
-
-
-def analysis_key(study, *, n_boot: int, trials=None) -> dict[str, Any]:
+def analysis_key(study, *, n_boot: int | None, trials=None) -> dict[str, Any]:
     """What must be equal for an analysis.json to describe ``study`` as it is now (``trials``:
-    its frozen trials, where the caller has read them)."""
+    its frozen trials, where the caller has read them; ``n_boot`` None: the statistics' default,
+    whose changes change their source hash)."""
     trials = study.get_trials(deepcopy=False) if trials is None else trials
     done = [t.datetime_complete for t in trials if t.datetime_complete is not None]
     attrs = study.user_attrs
@@ -70,15 +65,16 @@ def load_or_analyze(study, out_dir: str | Path, *, n_boot: int | None = None,
     """(analysis, reused): DIR/analysis.json when its key matches the study now, else a fresh
     analysis written there (with its key). ``reuse=False`` always computes."""
     from tuner.report._output import output_dir
-    from tuner.stats import analyze_study
 
-    boot = _default_n_boot() if n_boot is None else n_boot
     trials = study.get_trials(deepcopy=False)   # one read: the key and the analysis see the same trials
-    key = analysis_key(study, n_boot=boot, trials=trials)
+    key = analysis_key(study, n_boot=n_boot, trials=trials)
     path = output_dir(out_dir) / "analysis.json"
     if reuse and (analysis := _cached(path, key)) is not None:
         return analysis, True
-    analysis = analyze_study(study, n_boot=boot, trials=trials)
+    from tuner.stats import analyze_study
+
+    boot = {} if n_boot is None else {"n_boot": n_boot}
+    analysis = analyze_study(study, trials=trials, **boot)
     analysis[CACHE_KEY] = key
     write_analysis(analysis, path.parent)
     return analysis, False

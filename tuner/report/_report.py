@@ -30,9 +30,37 @@ def write_report(study, analysis: dict[str, Any], out_dir: str | Path, *,
 
 def save_recipe_note(study, recipe_markdown: str) -> bool:
     """Save the recipe as the study's note in optuna-dashboard; False if it is not installed."""
-    try:
-        from optuna_dashboard import save_note
-    except ImportError:
+    save_note = _dashboard_save_note()
+    if save_note is None:
         return False
     save_note(study, recipe_markdown)
     return True
+
+
+def _dashboard_save_note():
+    """optuna-dashboard's own ``save_note``, or None where it is not installed.
+
+    The package's ``__init__`` loads its web app and with it optuna.importance and
+    scikit-learn: about 1 s, half of a report that reuses its analysis. The writer's module
+    (``optuna_dashboard/_note.py``, which imports only Optuna) is loaded by itself; where a
+    version lays it out otherwise, the package import stands in."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("optuna_dashboard")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    try:
+        where = Path(list(spec.submodule_search_locations)[0]) / "_note.py"
+        note_spec = importlib.util.spec_from_file_location("optuna_dashboard._note", where)
+        module = importlib.util.module_from_spec(note_spec)
+        note_spec.loader.exec_module(module)
+        return module.save_note
+    except (OSError, ImportError, AttributeError):
+        try:
+            from optuna_dashboard import save_note
+        except ImportError:
+            return None
+        return save_note

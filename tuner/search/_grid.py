@@ -79,6 +79,15 @@ class ModelGrid:
         """Each config's memory region (tuner.search.memory_region), as an index."""
         self._plans: dict[Any, Any] = {}
         self._plan_of: dict[tuple[int, float], tuple[Any, float] | None] = {}
+        self.pairs = sorted(nccl)
+        self.pair_problems = [nccl[pair] for pair in self.pairs]
+        self.pair_of = np.array([self.pairs.index(pair) for pair in self.nccl_pairs], dtype=int)
+        """The grid's NCCL (algo, proto) settings, and each config's, as an index into them."""
+        self.nccl_ruled = np.array([p is not None for p in self.nccl])
+        """Where one of helper's NCCL rules speaks of a config (it may or may never run)."""
+        self.nccl_may_run = np.array([p is None or not p[1] or twin >= 0 for p, twin in zip(self.nccl, self.nccl_twin)])
+        """Configs the sampler may propose before any trial: helper's rules let them run, or a
+        twin with a setting that runs stands in (GridModel.predict)."""
 
     def _nccl_twins(self, nccl: dict[tuple[str, str], Any]) -> np.ndarray:
         out = np.full(len(self.configs), -1)

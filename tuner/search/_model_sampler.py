@@ -175,7 +175,7 @@ class ModelGuidedSampler(BaseSampler):
         ok_numbers = {t.number for t in ok}
         # a config helper says NCCL cannot run stays in where its twin's prediction can stand in
         # (tuner.search's GridModel): the cluster's preflight or a trial settles it, not the rule
-        alive = np.array([p is None or not p[1] or twin >= 0 for p, twin in zip(grid.nccl, grid.nccl_twin)])
+        alive = grid.nccl_may_run.copy()
         obs_idx, obs_y, pending, launched = [], [], [], []
         bad_nccl, good_nccl = set(), set()
         nccl_failures: dict[tuple[str, str], int] = {}  # trials that NCCL refused, per setting
@@ -205,15 +205,11 @@ class ModelGuidedSampler(BaseSampler):
                     obs_y.append(math.log(t.value))
         for i in pending:
             alive[i] = False
-        if bad_nccl:
-            for i, pair in enumerate(grid.nccl_pairs):
-                if pair in bad_nccl and grid.nccl[i] is not None:
-                    alive[i] = False
+        alive &= ~(np.isin(grid.pair_of, [grid.pairs.index(p) for p in bad_nccl if p in grid.pairs]) & grid.nccl_ruled)
         # refused NCCL_REFUSALS times and never run: written off in every config (one refusal
         # may be a transient NCCL error: it halves the setting's weight below)
         refused = {pair for pair, n in nccl_failures.items() if n >= NCCL_REFUSALS and pair not in good_nccl}
-        if refused:
-            alive &= np.array([pair not in refused for pair in grid.nccl_pairs])
+        alive &= ~np.isin(grid.pair_of, [grid.pairs.index(p) for p in refused if p in grid.pairs])
 
         # memory: the measured/predicted peak ratios (per memory region where it has them: the
         # model's structure may be wrong in one region only), and configs dominated by an OOM
@@ -249,7 +245,7 @@ class ModelGuidedSampler(BaseSampler):
         # P(NCCL runs it): helper's doubt, 0.5 where a version-dependent rule may fail it and 0.25
         # where a rule says it never runs; 1 once a trial with that setting measured
         p_nccl = np.array([1.0 if pair in good_nccl else (1.0 if p is None else 0.25 if p[1] else 0.5)
-                           * 0.5 ** nccl_failures.get(pair, 0) for p, pair in zip(grid.nccl, grid.nccl_pairs)])
+                           * 0.5 ** nccl_failures.get(pair, 0) for p, pair in zip(grid.pair_problems, grid.pairs)])[grid.pair_of]
 
         if fixed is not None:  # an enqueued trial (the baseline): say what the model expected
             i = grid.index.get(grid.key_of_trial(fixed))

@@ -37,19 +37,24 @@ def hamming(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         >>> hamming(np.array([[0, 1], [1, 1]]), np.array([[0, 0]])).ravel().tolist()
         [1.0, 2.0]
     """
+    return _differing(a, b).astype(float)
+
+
+def _differing(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """:func:`hamming` as integers (an index into a table of the distance's terms)."""
     if a.size == 0 or b.size == 0:
-        return np.zeros((len(a), len(b)))
+        return np.zeros((len(a), len(b)), dtype=np.intp)
     k = a.shape[1]
     lo = min(int(a.min()), int(b.min()))
     width = max(int(a.max()), int(b.max())) - lo + 1
     offsets = np.arange(k) * width
 
     def one_hot(x: np.ndarray) -> np.ndarray:
-        out = np.zeros((len(x), k * width))
+        out = np.zeros((len(x), k * width), dtype=np.float32)  # counts <= k: exact in float32
         out[np.arange(len(x))[:, None], x - lo + offsets] = 1.0
         return out
 
-    return k - one_hot(a) @ one_hot(b).T
+    return (k - one_hot(a) @ one_hot(b).T).astype(np.intp)
 
 
 def residual_gp(x_obs: np.ndarray, r_obs: np.ndarray, x_cand: np.ndarray, *, signal_sd: float,
@@ -111,7 +116,9 @@ def evidence_gp(x_obs: np.ndarray, y_obs: np.ndarray, m_obs: np.ndarray, x_cand:
     k_co = _evidence_kernel(x_cand, x_obs, mc, mo, **scales)
     chol = np.linalg.cholesky(k_oo + 1e-10 * np.eye(len(y_obs)))
     alpha = solve_triangular(chol.T, solve_triangular(chol, y_obs - m_obs, lower=True), lower=False)
-    v = solve_triangular(chol, k_co.T, lower=True)
+    # L^-1 once (n^3 / 3), then one matrix product for every candidate: BLAS's triangular
+    # solve with thousands of right-hand sides ran at half a product's speed
+    v = solve_triangular(chol, np.eye(len(y_obs)), lower=True) @ k_co.T
     mean = m_cand + k_co @ alpha
     var = np.clip(prior_var - (v * v).sum(axis=0), 1e-12, None)
     beta = 1.0 + weight_sd**2 * float(mo @ alpha)
@@ -120,9 +127,13 @@ def evidence_gp(x_obs: np.ndarray, y_obs: np.ndarray, m_obs: np.ndarray, x_cand:
 
 def _evidence_kernel(a: np.ndarray, b: np.ndarray, ma: np.ndarray, mb: np.ndarray, *, level_sd: float,
                      interaction_sd: float, weight_sd: float, offset_sd: float, lengthscale: float) -> np.ndarray:
-    ham = hamming(a, b)
-    return (offset_sd**2 + weight_sd**2 * np.outer(ma, mb) + level_sd**2 * (a.shape[1] - ham)
-            + interaction_sd**2 * np.exp(-ham / lengthscale))
+    # every term but the model's is a function of the distance, an integer 0..k: one table
+    k = a.shape[1] if a.ndim == 2 else 0
+    d = np.arange(k + 1)
+    table = offset_sd**2 + level_sd**2 * (k - d) + interaction_sd**2 * np.exp(-d / lengthscale)
+    out = table.take(_differing(a, b))
+    out += weight_sd**2 * np.outer(ma, mb)
+    return out
 
 
 def evidence_scales(x_obs: np.ndarray, y_obs: np.ndarray, m_obs: np.ndarray, *, noise_sd: float,

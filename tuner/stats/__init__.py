@@ -5,158 +5,97 @@ variation, failure rates, knob importance, the ablation's effects and the recomm
 (docs/statistics.md). :func:`study_record` is the one place that reads Optuna objects;
 nothing here writes a study, a file or a plot.
 
+Each name loads its own module on first use (PEP 562): `tuner report` reusing an analysis
+draws the recipe's headline without loading SciPy.
+
 Example:
+    >>> from tuner.stats import holm
     >>> holm([0.01, 0.04, 0.03])
     [True, False, False]
 """
 
-from tuner.stats._analysis import (
-    analyze_record,
-    analyze_study,
-    format_summary,
-    mean_ci,
-    ratio_ci,
-)
-from tuner.stats._bootstrap import (
-    bca_limits,
-    grouped_jackknife,
-)
-from tuner.stats._budget_use import (
-    budget_use,
-    budget_use_line,
-)
-from tuner.stats._configs import (
-    TAU_PRIOR_DF,
-    TAU_PRIOR_SD,
-    LaunchVariance,
-    config_estimate,
-    holm,
-    launch_variance,
-    ratio_estimate,
-    run_groups,
-    run_to_run_variance,
-    run_variance,
-)
-from tuner.stats._diagnostics import (
-    drift_check,
-    noise_diagnostics,
-)
-from tuner.stats._drift import DriftFit, drift_corrected, drift_fit
-from tuner.stats._failures import (
-    FLAKY_FAILURE_RATE,
-    attempts_by_config,
-    config_failure,
-    config_key,
-    failure_model,
-    failure_rate,
-    level_failures,
-    neighbour_risk,
-)
-from tuner.stats._headline import gpu_hours, headline, mfu, model_flops
-from tuner.stats._importance import (
-    knob_importance,
-)
-from tuner.stats._recommend import (
-    confirmation_runs,
-    recommend,
-    what_matters,
-    what_matters_power,
-)
-from tuner.stats._record import (
-    ROLE_ATTRS,
-    StudyRecord,
-    TrialRecord,
-    study_record,
-    trial_records,
-    trial_status,
-)
-from tuner.stats._runoff import (
-    MAX_ROUNDS,
-    MIN_SURROGATE_SD,
-    RUNOFF,
-    pick_finalists,
-    ranked_remeasured,
-    round_estimates,
-    runoff_rounds,
-    surrogate_spread,
-)
-from tuner.stats._smoothing import (
-    smoothed_values,
-)
-from tuner.stats._trial_ci import (
-    mser_start,
-    ratio_of_sums,
-    study_noise,
-    study_trial_cis,
-    trial_ci,
-    trial_cis,
-)
-from tuner.stats._warmup import leaked as warmup_leaked
-from tuner.stats._warmup import scan_null as warmup_scan_null
+import importlib
+from typing import Any
 
-__all__ = [
-    "FLAKY_FAILURE_RATE",
-    "LaunchVariance",
-    "bca_limits",
-    "grouped_jackknife",
-    "TAU_PRIOR_DF",
-    "TAU_PRIOR_SD",
-    "confirmation_runs",
-    "launch_variance",
-    "neighbour_risk",
-    "noise_diagnostics",
-    "drift_check",
-    "DriftFit",
-    "drift_fit",
-    "drift_corrected",
-    "warmup_leaked",
-    "warmup_scan_null",
-    "run_variance",
-    "what_matters",
-    "what_matters_power",
-    "MAX_ROUNDS",
-    "MIN_SURROGATE_SD",
-    "ROLE_ATTRS",
-    "RUNOFF",
-    "StudyRecord",
-    "TrialRecord",
-    "analyze_record",
-    "analyze_study",
-    "budget_use",
-    "budget_use_line",
-    "config_estimate",
-    "attempts_by_config",
-    "config_failure",
-    "config_key",
-    "failure_model",
-    "failure_rate",
-    "format_summary",
-    "gpu_hours",
-    "headline",
-    "holm",
-    "knob_importance",
-    "level_failures",
-    "mean_ci",
-    "mfu",
-    "model_flops",
-    "mser_start",
-    "pick_finalists",
-    "ranked_remeasured",
-    "ratio_ci",
-    "ratio_estimate",
-    "ratio_of_sums",
-    "recommend",
-    "round_estimates",
-    "run_groups",
-    "run_to_run_variance",
-    "runoff_rounds",
-    "smoothed_values",
-    "study_noise",
-    "study_record",
-    "study_trial_cis",
-    "surrogate_spread",
-    "trial_ci",
-    "trial_cis",
-    "trial_records",
-    "trial_status",
-]
+# public name -> (the module that defines it, its name there)
+_EXPORTS = {
+    "FLAKY_FAILURE_RATE": ("tuner.stats._failures", "FLAKY_FAILURE_RATE"),
+    "LaunchVariance": ("tuner.stats._configs", "LaunchVariance"),
+    "bca_limits": ("tuner.stats._bootstrap", "bca_limits"),
+    "grouped_jackknife": ("tuner.stats._bootstrap", "grouped_jackknife"),
+    "TAU_PRIOR_DF": ("tuner.stats._configs", "TAU_PRIOR_DF"),
+    "TAU_PRIOR_SD": ("tuner.stats._configs", "TAU_PRIOR_SD"),
+    "confirmation_runs": ("tuner.stats._recommend", "confirmation_runs"),
+    "launch_variance": ("tuner.stats._configs", "launch_variance"),
+    "neighbour_risk": ("tuner.stats._failures", "neighbour_risk"),
+    "noise_diagnostics": ("tuner.stats._diagnostics", "noise_diagnostics"),
+    "drift_check": ("tuner.stats._diagnostics", "drift_check"),
+    "DriftFit": ("tuner.stats._drift", "DriftFit"),
+    "drift_fit": ("tuner.stats._drift", "drift_fit"),
+    "drift_corrected": ("tuner.stats._drift", "drift_corrected"),
+    "warmup_leaked": ("tuner.stats._warmup", "leaked"),
+    "warmup_scan_null": ("tuner.stats._warmup", "scan_null"),
+    "run_variance": ("tuner.stats._configs", "run_variance"),
+    "what_matters": ("tuner.stats._recommend", "what_matters"),
+    "what_matters_power": ("tuner.stats._recommend", "what_matters_power"),
+    "MAX_ROUNDS": ("tuner.stats._runoff", "MAX_ROUNDS"),
+    "MIN_SURROGATE_SD": ("tuner.stats._runoff", "MIN_SURROGATE_SD"),
+    "ROLE_ATTRS": ("tuner.stats._record", "ROLE_ATTRS"),
+    "RUNOFF": ("tuner.stats._runoff", "RUNOFF"),
+    "StudyRecord": ("tuner.stats._record", "StudyRecord"),
+    "TrialRecord": ("tuner.stats._record", "TrialRecord"),
+    "analyze_record": ("tuner.stats._analysis", "analyze_record"),
+    "analyze_study": ("tuner.stats._analysis", "analyze_study"),
+    "budget_use": ("tuner.stats._budget_use", "budget_use"),
+    "budget_use_line": ("tuner.stats._budget_use", "budget_use_line"),
+    "config_estimate": ("tuner.stats._configs", "config_estimate"),
+    "attempts_by_config": ("tuner.stats._failures", "attempts_by_config"),
+    "config_failure": ("tuner.stats._failures", "config_failure"),
+    "config_key": ("tuner.stats._failures", "config_key"),
+    "failure_model": ("tuner.stats._failures", "failure_model"),
+    "failure_rate": ("tuner.stats._failures", "failure_rate"),
+    "format_summary": ("tuner.stats._analysis", "format_summary"),
+    "gpu_hours": ("tuner.stats._headline", "gpu_hours"),
+    "headline": ("tuner.stats._headline", "headline"),
+    "holm": ("tuner.stats._configs", "holm"),
+    "knob_importance": ("tuner.stats._importance", "knob_importance"),
+    "level_failures": ("tuner.stats._failures", "level_failures"),
+    "mean_ci": ("tuner.stats._analysis", "mean_ci"),
+    "mfu": ("tuner.stats._headline", "mfu"),
+    "model_flops": ("tuner.stats._headline", "model_flops"),
+    "mser_start": ("tuner.stats._trial_ci", "mser_start"),
+    "pick_finalists": ("tuner.stats._runoff", "pick_finalists"),
+    "ranked_remeasured": ("tuner.stats._runoff", "ranked_remeasured"),
+    "ratio_ci": ("tuner.stats._analysis", "ratio_ci"),
+    "ratio_estimate": ("tuner.stats._configs", "ratio_estimate"),
+    "ratio_of_sums": ("tuner.stats._trial_ci", "ratio_of_sums"),
+    "recommend": ("tuner.stats._recommend", "recommend"),
+    "round_estimates": ("tuner.stats._runoff", "round_estimates"),
+    "run_groups": ("tuner.stats._configs", "run_groups"),
+    "run_to_run_variance": ("tuner.stats._configs", "run_to_run_variance"),
+    "runoff_rounds": ("tuner.stats._runoff", "runoff_rounds"),
+    "smoothed_values": ("tuner.stats._smoothing", "smoothed_values"),
+    "study_noise": ("tuner.stats._trial_ci", "study_noise"),
+    "study_record": ("tuner.stats._record", "study_record"),
+    "study_trial_cis": ("tuner.stats._trial_ci", "study_trial_cis"),
+    "surrogate_spread": ("tuner.stats._runoff", "surrogate_spread"),
+    "trial_ci": ("tuner.stats._trial_ci", "trial_ci"),
+    "trial_cis": ("tuner.stats._trial_ci", "trial_cis"),
+    "trial_records": ("tuner.stats._record", "trial_records"),
+    "trial_status": ("tuner.stats._record", "trial_status"),
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    where = _EXPORTS.get(name)
+    if where is None:
+        raise AttributeError(f"module 'tuner.stats' has no attribute {name!r}")
+    value = getattr(importlib.import_module(where[0]), where[1])
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -35,13 +35,14 @@ import sqlalchemy.event
 import sqlalchemy.exc
 import sqlalchemy.pool
 
-from tuner.errors import StorageError
+from tuner.errors import StorageError, StudyConflictError
 from tuner.storage._optuna_internals import HeartbeatRDBStorage
 from tuner.storage._retries import _TRANSIENT, OUTAGE_S, _first_line, retry_notes, with_retries
 
 __all__ = [
     "DEFAULT_STORAGE", "StorageError", "resolve_storage_url", "open_storage",
     "admission_lock", "with_retries", "retry_notes", "redact_url", "OUTAGE_S",   # retries: tuner.storage._retries
+    "load_existing_study",
 ]
 
 DEFAULT_STORAGE = "sqlite:///tuner.db"
@@ -309,3 +310,20 @@ def admission_lock(storage: optuna.storages.BaseStorage, study_name: str) -> Ite
         lock = _thread_locks.setdefault(f"{url}:{study_name}", threading.Lock())
         with lock:
             yield
+
+
+def load_existing_study(storage: str | Any, study_name: str) -> optuna.Study:
+    """Load a study for reading from a URL or an open storage.
+
+    Raises:
+        StudyConflictError: no study has that name; the message names the (redacted)
+            storage and the studies it does hold.
+    """
+    store = open_storage(storage, heartbeat=False, create_tables=False) if isinstance(storage, str) else storage
+    try:
+        return optuna.load_study(study_name=study_name, storage=store)
+    except KeyError:
+        where = redact_url(storage) if isinstance(storage, str) else type(storage).__name__
+        names = sorted(s.study_name for s in store.get_all_studies())
+        there = f"studies there: {', '.join(names)}" if names else "it holds no study"
+        raise StudyConflictError(f"no study named {study_name!r} in {where} ({there})") from None

@@ -26,7 +26,7 @@ from tuner.errors import StudyConflictError
 from tuner.search import coordinator_seed, make_sampler
 from tuner.spec import StudySpec, baseline_params, spec_fingerprint
 from tuner.stats import ROLE_ATTRS, trial_status
-from tuner.storage import admission_lock, open_storage, redact_url
+from tuner.storage import admission_lock, load_existing_study, open_storage
 from tuner.study._outcome import NO_RESULT, infrastructure_failure
 
 __all__ = ["RunSummary", "StudyConflictError", "open_study", "spec_diff", "retry_once", "enqueue_lost_retries", "owed_retries",
@@ -226,23 +226,6 @@ def summarize(study: optuna.Study, *, launched: int = 0, stopped: str = "") -> R
                       limit_gpu_seconds=limit, best=best, stopped=stopped,
                       simulated=bool(study.user_attrs.get("simulated", False)),
                       recommendation=study.user_attrs.get("recommendation"))
-
-
-def load_existing_study(storage: str | Any, study_name: str) -> optuna.Study:
-    """Load a study for reading from a URL or an open storage.
-
-    Raises:
-        StudyConflictError: no study has that name; the message names the (redacted)
-            storage and the studies it does hold.
-    """
-    store = open_storage(storage, heartbeat=False, create_tables=False) if isinstance(storage, str) else storage
-    try:
-        return optuna.load_study(study_name=study_name, storage=store)
-    except KeyError:
-        where = redact_url(storage) if isinstance(storage, str) else type(storage).__name__
-        names = sorted(s.study_name for s in store.get_all_studies())
-        there = f"studies there: {', '.join(names)}" if names else "it holds no study"
-        raise StudyConflictError(f"no study named {study_name!r} in {where} ({there})") from None
 
 
 def study_status(storage_url: str, study_name: str | None = None) -> list[RunSummary]:
