@@ -160,8 +160,12 @@ def why(proc) -> str:
     """A failed torchrun's cause for an assertion message: the lines that name an error, from
     anywhere in its stderr (a rank's C++ abort comes first, the launcher's report last), then the
     tail."""
-    causes = [line for line in proc.stderr.splitlines() if re.search(r"[Ee]rror|terminate|what\(\)|Fatal", line)]
-    return "\n".join(causes[:20]) + "\n...\n" + proc.stderr[-2000:]
+    lines = proc.stderr.splitlines()
+    causes = [line for line in lines if re.search(r"[Ee]rror|terminate|what\(\)|Fatal", line)]
+    # a rank's C++ abort: faulthandler (objectives.fsdp_finetune) dumps every thread's Python stack after it
+    fatal = next((i for i, line in enumerate(lines) if line.startswith("Fatal Python error")), None)
+    stacks = lines[fatal: fatal + 40] if fatal is not None else []
+    return "\n".join(causes[:20] + ["..."] + stacks) + "\n...\n" + proc.stderr[-2000:]
 
 
 def torchrun(tmp_path, raw, name, *, nproc=2, env=None):

@@ -56,3 +56,18 @@ def test_one_forced_choice_gives_a_commented_template_and_none_gives_no_config(a
     gloo = copy.deepcopy(a)
     gloo["spec"]["cluster"]["backend"] = "gloo"
     assert render_nccl_tuner_conf(gloo) is None and "export NCCL_" not in render_recipe(gloo)
+
+
+def test_a_knob_listed_from_a_move_says_which_level_it_was_measured_against(analysis):
+    a = copy.deepcopy(analysis)
+    a["best"]["params"]["nccl_proto"] = "default"
+    channel = {"impact": 0.09, "ci95": [0.04, 0.14], "p_value": 0.001, "significant": True, "move": True,
+               "best_value": "default", "tested_value": "LL"}
+    a["what_matters"] = [{"knob": "nccl_proto", "source": "ablation", "impact": 0.09, "ci95": [0.04, 0.14],
+                          "evidence": ["ablation"], "ablation": channel, "importance": None}]
+    assert "**nccl_proto = default**" in render_recipe(a) and "worth +9.0% against LL (95% CI" in render_recipe(a)
+    a["best"]["params"]["nccl_proto"] = "LL"        # the move won: the recommendation has its level
+    a["what_matters"][0].update(impact=-0.09, ci95=[-0.14, -0.04])
+    a["what_matters"][0]["ablation"] = {**channel, "impact": -0.09, "ci95": [-0.14, -0.04]}
+    line = next(ln for ln in render_recipe(a).splitlines() if ln.startswith("1. **nccl_proto = LL**"))
+    assert "worth +9.9% over default (a one-knob move from it) (95% CI +4.2% to +16.3%" in line

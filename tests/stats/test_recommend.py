@@ -189,3 +189,16 @@ def test_reverts_are_measured_against_the_rounds_best_when_its_first_re_measurem
     ablation = analyze_record(StudyRecord(name="x", trials=trials, attrs=record.attrs), n_boot=0)["ablation"]
     ref = next(t for t in trials if t.number == ablation["best_remeasured"]["trial"])
     assert ref.params == best.params and ref.number != best.number
+
+
+def test_a_move_is_reported_as_a_move_with_the_level_it_tested():
+    """The ablation of a knob the best shares with the baseline is a move (tuner.study's
+    plan_moves): its row names the level it tested, and the summary says it moved."""
+    from bench.stats_study import build
+    analysis = analyze_record(build("conditional", 1).record, n_boot=0)
+    moves = [e for e in analysis["ablation"]["knobs"] if e["move"]]
+    assert [(e["knob"], e["best_value"], e["baseline_value"], e["tested_value"]) for e in moves] == [
+        ("nccl_proto", "default", "default", "Simple")]
+    reverts = [e for e in analysis["ablation"]["knobs"] if not e["move"]]
+    assert reverts and all(e["tested_value"] == e["baseline_value"] != e["best_value"] for e in reverts)
+    assert "nccl_proto=default vs Simple (moved)" in format_summary(analysis)

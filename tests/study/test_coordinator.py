@@ -16,7 +16,7 @@ from tuner.search import suggest_params
 from tuner.spec import complete_params
 from tuner.stats import analyze_record, study_record
 from tuner.storage import open_storage, trial_id
-from tuner.study import RunOptions, adaptive_bar, enqueue_lost_retries, open_study, run_study
+from tuner.study import MAX_MOVES, RunOptions, adaptive_bar, enqueue_lost_retries, open_study, run_study
 
 
 class FakeLauncher(Launcher):
@@ -191,12 +191,19 @@ def test_ablation_after_search(tmp_path, storage_url):
     base = study.trials[0].params
     # the baseline is re-measured right after the best (run-to-run variation, tuner.study)
     assert ablation[1].params == base and ablation[1].user_attrs["remeasure"] == "baseline"
-    reverts = [t for t in ablation if "ablation_knob" in t.user_attrs]
+    reverts = [t for t in ablation if "ablation_knob" in t.user_attrs and not t.user_attrs.get("ablation_move")]
     for t in reverts:
         knob = t.user_attrs["ablation_knob"]
         assert t.params[knob] == base[knob]
         assert {k: v for k, v in t.params.items() if k != knob} == {k: v for k, v in best.params.items() if k != knob}
     assert {t.user_attrs["ablation_knob"] for t in reverts} == {k for k in base if base[k] != best.params[k]}
+    # a knob the best keeps at the baseline's level is moved to another level (tuner.study.plan_moves)
+    moves = [t for t in ablation if t.user_attrs.get("ablation_move")]
+    assert 0 < len(moves) <= MAX_MOVES
+    for t in moves:
+        knob = t.user_attrs["ablation_knob"]
+        assert best.params[knob] == base[knob] != t.params[knob]
+        assert {k: v for k, v in t.params.items() if k != knob} == {k: v for k, v in best.params.items() if k != knob}
 
 
 def test_reverts_stop_once_clearly_worse_and_references_measure_until_precise(tmp_path, storage_url):

@@ -234,8 +234,14 @@ def _what_matters(analysis, params) -> list[str]:
         meaning = f" ({KNOBS[knob].meaning})" if knob in KNOBS else ""
         a, i = row.get("ablation"), row.get("importance")   # both channels, side by side (issue 29)
         if row["source"] == "ablation":
-            lo, hi = row["ci95"]
-            line = (f"1. **{knob} = {params.get(knob, 'n/a')}**{meaning}: worth {row['impact']:+.1%} "
+            worth, (lo, hi), against = row["impact"], row["ci95"], ""
+            if a is not None and a.get("move"):   # a one-knob move (the baseline has the best's level)
+                if a["tested_value"] != params.get(knob):
+                    against = f" against {a['tested_value']}"
+                else:   # the move won: what the recommended level is worth over the level it left
+                    worth, lo, hi = 1 / (1 + worth) - 1, 1 / (1 + hi) - 1, 1 / (1 + lo) - 1
+                    against = f" over {a['best_value']} (a one-knob move from it)"
+            line = (f"1. **{knob} = {params.get(knob, 'n/a')}**{meaning}: worth {worth:+.1%}{against} "
                     f"(95% CI {lo:+.1%} to {hi:+.1%}, re-measured, Holm-corrected)")
             if i is not None:
                 line += (f"; search importance {i['total']:.2f}, "

@@ -327,10 +327,12 @@ def format_summary(analysis: dict[str, Any]) -> str:
     elif analysis.get("what_matters_note"):
         lines.append(analysis["what_matters_note"])
     if analysis.get("ablation"):
-        lines.append("ablation (re-measured best vs that knob at the baseline's value; Holm-corrected):")
+        lines.append("ablation (re-measured best vs that knob at the baseline's value, or moved where the best has "
+                     "the baseline's; Holm-corrected):")
         for e in analysis["ablation"]["knobs"]:
-            lines.append(f"  {e['knob']}={e['best_value']}: {e['impact']:+.1%} [{e['ci95'][0]:+.1%}, {e['ci95'][1]:+.1%}]"
-                         + ("  significant" if e["significant"] else ""))
+            moved = f" vs {e['tested_value']} (moved)" if e.get("move") else ""
+            lines.append(f"  {e['knob']}={e['best_value']}{moved}: {e['impact']:+.1%} [{e['ci95'][0]:+.1%}, "
+                         f"{e['ci95'][1]:+.1%}]" + ("  significant" if e["significant"] else ""))
         for f in analysis["ablation"]["failed"]:
             lines.append(f"  {'re-measurement' if f['remeasure'] else f['knob']}: trial {f['trial']} {f['status']}")
     return "\n".join(lines)

@@ -181,8 +181,9 @@ def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df
 def ablation_effects(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df: float,
                      baseline_params: dict[str, Any] | None, se_scale: float = 1.0,
                      tau2_df: float | None = None) -> dict[str, Any] | None:
-    """Each knob's worth: re-measured reference / its one-knob revert - 1, CIs with run-to-run
-    variation, Holm-corrected significance; failed runs listed (a failed revert is a failure)."""
+    """Each knob's worth: re-measured reference / its one-knob revert (or move: ``move``, the
+    level ``tested_value``) - 1, CIs with run-to-run variation, Holm-corrected significance;
+    failed runs listed (a failed revert is a failure)."""
     # an extended study plans its ablation again for its new best (tuner.study): the latest round counts
     latest = max((t.ablation_round or 1 for t in trials if t.role == "ablation"), default=1)
     abl = [t for t in trials if t.role == "ablation" and t.state == "COMPLETE" and (t.ablation_round or 1) == latest]
@@ -208,8 +209,10 @@ def ablation_effects(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float,
         if r is None:
             continue
         knob = t.ablation_knob
-        effects.append({"knob": knob, "best_value": (ref_params or {}).get(knob),
-                        "baseline_value": (baseline_params or {}).get(knob, t.params.get(knob)),
+        baseline_value = (baseline_params or {}).get(knob, t.params.get(knob))
+        effects.append({"knob": knob, "best_value": (ref_params or {}).get(knob), "baseline_value": baseline_value,
+                        # a move (tuner.study's plan_moves) tests another level where the best keeps the baseline's
+                        "tested_value": t.params.get(knob), "move": t.params.get(knob) != baseline_value,
                         "impact": r["mean"] - 1, "ci95": [r["ci95"][0] - 1, r["ci95"][1] - 1],
                         "p_value": r["p_value"], "trial": t.number})
     for e, sig in zip(effects, holm([e["p_value"] for e in effects])):
@@ -245,7 +248,8 @@ def what_matters(importance: Sequence[dict[str, Any]], ablation: dict[str, Any] 
     def channels(knob: str) -> dict[str, Any]:
         e, d = abl.get(knob), imp.get(knob)
         return {"ablation": None if e is None else {"impact": e["impact"], "ci95": e["ci95"], "p_value": e.get("p_value"),
-                                                     "significant": bool(e["significant"])},
+                                                     "significant": bool(e["significant"]), "move": bool(e.get("move")),
+                                                     "best_value": e.get("best_value"), "tested_value": e.get("tested_value")},
                 "importance": None if d is None or d.get("total") is None else {
                     "total": d["total"], "ci95": d.get("ci95"), "vs_placebo_ci95": d.get("vs_placebo_ci95"),
                     "matters": d.get("matters")}}

@@ -11,9 +11,11 @@ Example:
 
 from tuner.study._ablation import (
     MAX_CANDIDATES,
+    MAX_MOVES,
     N_CANDIDATES,
     plan_ablation,
     plan_ablation_once,
+    plan_moves,
     plan_runs,
     shortlist,
 )
@@ -67,6 +69,7 @@ from tuner.study._spool import (
 )
 
 __all__ = [
+    "MAX_MOVES",
     "CircuitBreaker",
     "Heartbeat",
     "HeartbeatLost",
@@ -95,6 +98,7 @@ __all__ = [
     "outcome",
     "plan_ablation",
     "plan_ablation_once",
+    "plan_moves",
     "runoff_waits",
     "plan_runs",
     "preflight",

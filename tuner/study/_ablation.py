@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,13 +46,28 @@ from tuner.stats import (
     trial_records,
 )
 
-__all__ = ["plan_ablation", "plan_ablation_once", "plan_runs", "ablation_plan", "apply_ablation_plan", "AblationPlan",
-           "runoff_runs", "shortlist", "n_candidates", "N_CANDIDATES", "MAX_CANDIDATES"]
+__all__ = [
+    "plan_ablation",
+    "plan_moves",
+    "MAX_MOVES",
+    "plan_ablation_once",
+    "plan_runs",
+    "ablation_plan",
+    "apply_ablation_plan",
+    "AblationPlan",
+    "runoff_runs",
+    "shortlist",
+    "n_candidates",
+    "N_CANDIDATES",
+    "MAX_CANDIDATES",
+]
 
 N_CANDIDATES = 2
 """Configs after the best that are re-measured too (the best may not stay best)."""
 MAX_CANDIDATES = 6
 """Candidates at most, where the ablation share affords them (:func:`n_candidates`)."""
+MAX_MOVES = 2
+"""One-knob moves at most a round (:func:`plan_moves`): knobs the best keeps at the baseline's level."""
 
 
 def n_candidates(share_gpu_seconds: float, full_run_gpu_seconds: float, fixed_runs: int) -> int:
@@ -93,9 +109,11 @@ def shortlist(trials: Sequence[Any], knobs: Sequence[str]) -> list[dict[str, Any
 
 
 def plan_runs(reverts: list[tuple[str | None, dict[str, Any]]], baseline: dict[str, Any] | None,
-              candidates: Sequence[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+              candidates: Sequence[dict[str, Any]],
+              moves: Sequence[tuple[str, dict[str, Any]]] = ()) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """(params, extra user attrs) of every ablation run, interleaved: best, baseline, then
-    each candidate followed by a revert, then the remaining reverts, then best and baseline again.
+    each candidate followed by a revert (or a move, :func:`plan_moves`: ``ablation_move``), then
+    the remaining reverts and moves, then best and baseline again.
     ``baseline`` None (the baseline failed): no baseline runs.
 
     Example:
@@ -104,7 +122,8 @@ def plan_runs(reverts: list[tuple[str | None, dict[str, Any]]], baseline: dict[s
         [(2, 'best'), (1, 'baseline'), (3, 'candidate'), (1, 'a'), (2, 'best'), (1, 'baseline')]
     """
     best = reverts[0][1]
-    knob_runs = [(dict(p), {"ablation_knob": k}) for k, p in reverts[1:]]
+    knob_runs = ([(dict(p), {"ablation_knob": k}) for k, p in reverts[1:]]
+                 + [(dict(p), {"ablation_knob": k, "ablation_move": True}) for k, p in moves])
     first = [(dict(best), {"remeasure": "best"})]
     if baseline is not None:
         first.append((dict(baseline), {"remeasure": "baseline"}))
@@ -139,6 +158,52 @@ def plan_ablation(spec: StudySpec, best_params: dict[str, Any], baseline: dict[s
             if not knobs.is_active(name, params):
                 params.pop(name, None)
             elif name not in params and not knobs.is_active(name, best_params):  # the revert turned it on
+                params[name] = baseline.get(name, knobs.KNOBS[name].default)
+        runs.append((knob, params))
+    return runs
+
+
+def plan_moves(spec: StudySpec, best_params: dict[str, Any], baseline: dict[str, Any], trials: Sequence[Any],
+               order: Sequence[str] = (), max_moves: int = MAX_MOVES) -> list[tuple[str, dict[str, Any]]]:
+    """(knob, the best with that knob moved) for knobs no revert tests: the best keeps the
+    baseline's level, so without a move the ablation says nothing of them, and a search too
+    short to rank them leaves What matters blind (issue 29). Each knob goes to its other level
+    whose ok search runs (TrialRecords) read fastest on the log scale: the level most likely to
+    beat the best, and a move that does is a finalist like any revert (tuner.stats). Knobs go
+    in ``order`` (the search's ranking) then the spec's, at most ``max_moves``; a knob with no
+    ok run at another level gets no move. Conditional knobs follow as in :func:`plan_ablation`.
+
+    Example:
+        >>> from tuner.spec import parse_spec
+        >>> from tuner.stats import TrialRecord
+        >>> spec = parse_spec({"study": {"name": "s"}, "model": {"preset": "tiny"},
+        ...                    "space": {"micro_batch": [1, 2, 4], "num_workers": [0, 2]}})
+        >>> runs = [TrialRecord(number=i, state="COMPLETE", status="ok", value=v, steps=(v,), params=p)
+        ...         for i, (p, v) in enumerate([({"micro_batch": 2, "num_workers": 0}, 110.0),
+        ...                                     ({"micro_batch": 4, "num_workers": 0}, 90.0)])]
+        >>> plan_moves(spec, {"micro_batch": 1, "num_workers": 2}, {"micro_batch": 1, "num_workers": 0}, runs)
+        [('micro_batch', {'micro_batch': 2, 'num_workers': 2})]
+    """
+    ok = [t for t in trials if t.status == "ok" and t.role != "ablation" and t.value]
+    ranked = [k for k in order if k in spec.knob_names]
+    runs: list[tuple[str, dict[str, Any]]] = []
+    for knob in [*ranked, *(k for k in spec.knob_names if k not in ranked)]:
+        if len(runs) >= max_moves:
+            break
+        if knob not in baseline or knob not in best_params or best_params[knob] != baseline[knob]:
+            continue
+        logs: dict[Any, list[float]] = {}
+        for t in ok:
+            if knob in t.params and t.params[knob] != best_params[knob]:
+                logs.setdefault(t.params[knob], []).append(math.log(t.value))
+        if not logs:
+            continue
+        target = max(logs, key=lambda v: sum(logs[v]) / len(logs[v]))
+        params = {**best_params, knob: target}
+        for name in knobs.ordered(spec.knob_names):
+            if not knobs.is_active(name, params):
+                params.pop(name, None)
+            elif name not in params and not knobs.is_active(name, best_params):  # the move turned it on
                 params[name] = baseline.get(name, knobs.KNOBS[name].default)
         runs.append((knob, params))
     return runs
@@ -210,13 +275,14 @@ def ablation_plan(study_attrs: Mapping[str, Any], spec: StudySpec, trials: Seque
     base_params = base.params if base is not None else None
     base_key = config_key(base_params) if base_params is not None else None
     reverts = plan_ablation(spec, best_params, base_params or {}, order)  # no baseline: no reverts
-    fixed = len(plan_runs(reverts, base_params, []))
+    moves = plan_moves(spec, best_params, base_params, records, order) if base_params is not None else []
+    fixed = len(plan_runs(reverts, base_params, [], moves))
     full_run = budget.cap_basis(trials, first_estimate_gpu_seconds=spec.first_estimate_gpu_seconds)
     candidates = [p for p in reliable[1:] if config_key(p) != base_key][:n_candidates(share, full_run, fixed)]
     round_ = 1 + previous_round
     return AblationPlan(for_state=state, stage=1, runs=tuple(
         (params, {"role": "ablation", "ablation_of": best.number, "ablation_round": round_, **extra})
-        for params, extra in plan_runs(reverts, base_params, candidates)))
+        for params, extra in plan_runs(reverts, base_params, candidates, moves)))
 
 
 def apply_ablation_plan(study: optuna.Study, plan: AblationPlan | None) -> bool | None:
