@@ -199,8 +199,10 @@ def test_ablation_after_search(tmp_path, storage_url):
     assert {t.user_attrs["ablation_knob"] for t in reverts} == {k for k in base if base[k] != best.params[k]}
     # a knob the best keeps at the baseline's level is moved to another level (tuner.study.plan_moves)
     moves = [t for t in ablation if t.user_attrs.get("ablation_move")]
-    assert 0 < len(moves) <= MAX_MOVES
+    assert len(moves) <= MAX_MOVES
+    searched = [t.params for t in search]
     for t in moves:
+        assert t.params not in searched   # a neighbour the search ran needs no move
         knob = t.user_attrs["ablation_knob"]
         assert best.params[knob] == base[knob] != t.params[knob]
         assert {k: v for k, v in t.params.items() if k != knob} == {k: v for k, v in best.params.items() if k != knob}

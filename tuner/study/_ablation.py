@@ -171,7 +171,8 @@ def plan_moves(spec: StudySpec, best_params: dict[str, Any], baseline: dict[str,
     whose ok search runs (TrialRecords) read fastest on the log scale: the level most likely to
     beat the best, and a move that does is a finalist like any revert (tuner.stats). Knobs go
     in ``order`` (the search's ranking) then the spec's, at most ``max_moves``; a knob with no
-    ok run at another level gets no move. Conditional knobs follow as in :func:`plan_ablation`.
+    ok run at another level gets no move, nor one whose move the search already ran (a study
+    long enough to have measured the best's neighbours spends nothing on them). Conditional knobs follow as in :func:`plan_ablation`.
 
     Example:
         >>> from tuner.spec import parse_spec
@@ -185,6 +186,7 @@ def plan_moves(spec: StudySpec, best_params: dict[str, Any], baseline: dict[str,
         [('micro_batch', {'micro_batch': 2, 'num_workers': 2})]
     """
     ok = [t for t in trials if t.status == "ok" and t.role != "ablation" and t.value]
+    searched = {config_key(t.params) for t in trials if t.role != "ablation" and t.state == "COMPLETE"}
     ranked = [k for k in order if k in spec.knob_names]
     runs: list[tuple[str, dict[str, Any]]] = []
     for knob in [*ranked, *(k for k in spec.knob_names if k not in ranked)]:
@@ -205,7 +207,8 @@ def plan_moves(spec: StudySpec, best_params: dict[str, Any], baseline: dict[str,
                 params.pop(name, None)
             elif name not in params and not knobs.is_active(name, best_params):  # the move turned it on
                 params[name] = baseline.get(name, knobs.KNOBS[name].default)
-        runs.append((knob, params))
+        if config_key(params) not in searched:  # a neighbour the search ran already speaks for the knob
+            runs.append((knob, params))
     return runs
 
 
