@@ -70,9 +70,10 @@ def test_a_neighbourhood_failing_11_of_25_is_a_risk():
 
 
 def test_the_models_fast_prediction_is_scikit_learns_and_the_index_changes_nothing():
-    """failure_model reads its logistic regression's coefficients from a dict: the same
-    probabilities as predict_proba on the one-hot codes (an unseen level adds nothing), and
-    config_failure with the study's attempts index says what its scan says."""
+    """failure_model fits scikit-learn's L2 logistic regression (objective and lbfgs solver)
+    with SciPy and reads its coefficients from a dict: the same probabilities as scikit-learn's
+    predict_proba on the one-hot codes (an unseen level adds nothing), and config_failure with
+    the study's attempts index says what its scan says."""
     import numpy as np
     from sklearn.linear_model import LogisticRegression
     from sklearn.preprocessing import OneHotEncoder

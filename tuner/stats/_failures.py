@@ -8,7 +8,8 @@ is left out of both the numerator and the denominator. CIs are Clopper-Pearson
 
 A config's failure probability is estimated from every run of the study, not only its own
 (one success at a level that fails most of the time proves little): a logistic regression of
-failure on the knobs' levels (one-hot, L2-penalised; scikit-learn), which separates a level
+failure on the knobs' levels (one-hot, L2-penalised: scikit-learn's objective and solver,
+fitted with SciPy), which separates a level
 that fails from levels that merely ran alongside it, gives a prior; the config's own runs
 update it as ``PRIOR_RUNS`` pseudo-runs would (a beta-binomial posterior mean), leaving out
 the search run that put the config on the shortlist (it succeeded by selection). A config is
@@ -105,28 +106,57 @@ def failure_model(trials: Sequence[TrialRecord], knobs: Sequence[str]):
     if not runs or y.sum() == 0 or y.sum() == len(y):
         rate = float(y.mean()) if runs else 0.0
         return lambda params: rate
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.preprocessing import OneHotEncoder
-
-    def rows(items: Sequence[dict[str, Any]]) -> list[list[str]]:
-        return [[_level(p.get(k)) for k in knobs] for p in items]
-
-    enc = OneHotEncoder(handle_unknown="ignore").fit(rows([t.params for t in runs]))
-    model = LogisticRegression(C=10.0, max_iter=1000).fit(enc.transform(rows([t.params for t in runs])), y)
+    columns: dict[tuple[int, str], int] = {}   # (knob, level) -> one-hot column, levels sorted per knob
+    for j, k in enumerate(knobs):
+        for level in sorted({_level(t.params.get(k)) for t in runs}):
+            columns[(j, level)] = len(columns)
+    x = np.zeros((len(runs), len(columns)))
+    for i, t in enumerate(runs):
+        x[i, [columns[(j, _level(t.params.get(k)))] for j, k in enumerate(knobs)]] = 1.0
+    coef, intercept = _l2_logistic(x, y, c=10.0)
     # the fitted model is linear in the one-hot codes: a config's log-odds is the intercept plus
-    # one coefficient per knob level (a level the fit never saw adds 0, as handle_unknown does),
-    # read from a dict instead of a per-call encoder transform (896 calls took 1.9 s)
-    coef, columns = iter(model.coef_[0]), {}
-    for j, levels in enumerate(enc.categories_):
-        for level in levels:
-            columns[(j, level)] = float(next(coef))
-    intercept = float(model.intercept_[0])
+    # one coefficient per knob level (a level the fit never saw adds 0), read from a dict
+    weights = {key: float(coef[col]) for key, col in columns.items()}
 
     def probability(params: dict[str, Any]) -> float:
-        z = intercept + sum(columns.get((j, _level(params.get(k))), 0.0) for j, k in enumerate(knobs))
+        z = intercept + sum(weights.get((j, _level(params.get(k))), 0.0) for j, k in enumerate(knobs))
         return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
 
     return probability
+
+
+def _l2_logistic(x: np.ndarray, y: np.ndarray, *, c: float) -> tuple[np.ndarray, float]:
+    """(coefficients, intercept) of an L2-penalised logistic regression, the intercept
+    unpenalised: scikit-learn's ``LogisticRegression(C=c)`` objective and lbfgs solver
+    (mean log-loss + ||w||^2 / (2 c n), SciPy's L-BFGS-B from zero, gtol 1e-4), without
+    importing scikit-learn (and pandas with it: a third of `tuner analyze`'s start-up).
+    tests/stats/test_failures.py holds its probabilities to scikit-learn's."""
+    from scipy.optimize import minimize
+
+    n, m = x.shape
+    xb = np.hstack([x, np.ones((n, 1))])
+    strength = 1.0 / (c * n)
+
+    def loss(w: np.ndarray) -> tuple[float, np.ndarray]:
+        z = xb @ w
+        # log(1 + e^z) - y z, stably; its gradient is (sigmoid(z) - y)
+        value = float(np.mean(np.logaddexp(0.0, z) - y * z)) + 0.5 * strength * float(w[:m] @ w[:m])
+        grad = xb.T @ (_sigmoid(z) - y) / n
+        grad[:m] += strength * w[:m]
+        return value, grad
+
+    fit = minimize(loss, np.zeros(m + 1), jac=True, method="L-BFGS-B",
+                   options={"maxiter": 1000, "gtol": 1e-4, "ftol": 64 * np.finfo(float).eps, "maxls": 50})
+    return fit.x[:m], float(fit.x[m])
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    out = np.empty_like(z)
+    pos = z >= 0
+    out[pos] = 1.0 / (1.0 + np.exp(-z[pos]))
+    e = np.exp(z[~pos])
+    out[~pos] = e / (1.0 + e)
+    return out
 
 
 def config_failure(params: dict[str, Any], trials: Sequence[TrialRecord],

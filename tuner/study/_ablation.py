@@ -171,8 +171,9 @@ def plan_moves(spec: StudySpec, best_params: dict[str, Any], baseline: dict[str,
     whose ok search runs (TrialRecords) read fastest on the log scale: the level most likely to
     beat the best, and a move that does is a finalist like any revert (tuner.stats). Knobs go
     in ``order`` (the search's ranking) then the spec's, at most ``max_moves``; a knob with no
-    ok run at another level gets no move, nor one whose move the search already ran (a study
-    long enough to have measured the best's neighbours spends nothing on them). Conditional knobs follow as in :func:`plan_ablation`.
+    ok run at another level gets no move, nor one whose move the search already ran (a
+    study long enough to have measured the best's neighbours spends nothing on them).
+    Conditional knobs follow as in :func:`plan_ablation`.
 
     Example:
         >>> from tuner.spec import parse_spec
