@@ -39,8 +39,10 @@ def test_reused_while_unchanged_and_recomputed_after_a_new_trial(tmp_path, count
     fresh, reused = load_or_analyze(study, tmp_path / "out")
     assert not reused and len(counted) == 2 and fresh["n_trials"] == 7
 
-    _, reused = load_or_analyze(study, tmp_path / "out", reuse=False)
+    _, reused = load_or_analyze(study, tmp_path / "out", n_boot=200, reuse=False)   # `tuner analyze --n-boot 200`
     assert not reused and len(counted) == 3
+    _, reused = load_or_analyze(study, tmp_path / "out")     # the default's analysis, however it was asked for
+    assert reused and len(counted) == 3
     _, reused = load_or_analyze(study, tmp_path / "out", n_boot=0)     # another bootstrap count: another key
     assert not reused and counted[-1] == 0
 
