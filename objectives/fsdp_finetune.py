@@ -336,12 +336,24 @@ def init_distributed(backend: str) -> None:
         dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1, device_id=device_id)
 
 
+def _exit_at_once(code: int) -> None:
+    """End a rank whose work is done and written without the interpreter's finalization. There,
+    under load, a gloo rank aborted once in a dozen runs of three concurrent two-rank trials
+    ("terminate called without an active exception", SIGABRT, no Python frame left) after its
+    result was complete, and torchrun reported the finished trial as failed. C++ objects that
+    still own threads at static destruction abort the process (pytorch/pytorch#179291 describes
+    gloo's); ``os._exit`` runs no finalizers. Everything a trial writes is flushed first."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def main() -> int:
     # A rank that dies inside torch's C++ (SIGSEGV, SIGABRT: a std::terminate in gloo or NCCL)
     # writes no protocol line; its threads' Python stacks in the job's log say where it was.
     faulthandler.enable(all_threads=True)
     if os.environ.get(protocol.WORKER_ENV):  # resident mode: several configs in one process group
-        return resident.main(sys.modules[__name__])
+        _exit_at_once(resident.main(sys.modules[__name__]))
     rank = int(os.environ.get("RANK", "0"))
     writer = ResultWriter(os.environ.get(protocol.RESULT_ENV), enabled=rank == 0)
     # Workers tokenize one text at a time; the Rust pool only adds a fork warning.
@@ -356,7 +368,7 @@ def main() -> int:
         run_trial(config, writer)
         dist.barrier()
         dist.destroy_process_group()
-        return 0
+        _exit_at_once(0)
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a protocol line
