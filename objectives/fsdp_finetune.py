@@ -385,8 +385,7 @@ def main() -> int:
         elif not writer.has_error():
             writer.enabled = True
             writer.emit(error_event(exc, rank=rank))
-        sys.stdout.flush()
-        os._exit(1)
+        _exit_at_once(1)
 
 
 if __name__ == "__main__":

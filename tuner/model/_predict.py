@@ -55,6 +55,7 @@ from helper import (
     resolve_constants,
 )
 from helper.collectives import choose_collective, parse_nccl_setting
+from helper.gpus import gib
 from helper.measurements import fit_memory_scale
 from helper.mesh import Layout
 from helper.step import StepPlan
@@ -62,7 +63,7 @@ from helper.throughput import Prediction, plan_step, step_time_breakdown
 from tuner.model._inputs import ModelInputs, spec_model_inputs
 from tuner.spec import StudySpec, complete_params
 
-__all__ = ["predict", "step_plan", "breakdown", "memory_gb", "predicted_memory_gb", "layout_adjustment",
+__all__ = ["gib", "predict", "step_plan", "breakdown", "memory_gb", "predicted_memory_gb", "layout_adjustment",
            "layout_tokens_per_sec_per_gpu", "layout_memory_gb",
            "layout_memory_delta_gb", "nccl_problem", "gpu_memory_gb", "startup_parts", "n_params",
            "checkpoint_cost", "default_constants", "SIM_STORAGE_WRITE_GBS_PER_NODE", "UnsupportedCollective",

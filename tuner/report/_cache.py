@@ -67,10 +67,8 @@ def load_or_analyze(study, out_dir: str | Path, *, n_boot: int | None = None,
     from tuner.report._output import output_dir
 
     if not reuse and n_boot is not None:   # computing anyway: the default given by its number keys as the default
-        import inspect
-
-        from tuner.stats import analyze_study
-        if n_boot == inspect.signature(analyze_study).parameters["n_boot"].default:
+        from tuner.stats import N_BOOT
+        if n_boot == N_BOOT:
             n_boot = None
     trials = study.get_trials(deepcopy=False)   # one read: the key and the analysis see the same trials
     key = analysis_key(study, n_boot=n_boot, trials=trials)

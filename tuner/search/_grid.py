@@ -81,7 +81,8 @@ class ModelGrid:
         self._plan_of: dict[tuple[int, float], tuple[Any, float] | None] = {}
         self.pairs = sorted(nccl)
         self.pair_problems = [nccl[pair] for pair in self.pairs]
-        self.pair_of = np.array([self.pairs.index(pair) for pair in self.nccl_pairs], dtype=int)
+        index = {pair: j for j, pair in enumerate(self.pairs)}
+        self.pair_of = np.array([index[pair] for pair in self.nccl_pairs], dtype=int)
         """The grid's NCCL (algo, proto) settings, and each config's, as an index into them."""
         self.nccl_ruled = np.array([p is not None for p in self.nccl])
         """Where one of helper's NCCL rules speaks of a config (it may or may never run)."""
@@ -105,6 +106,10 @@ class ModelGrid:
                     out[i] = j
                     break
         return out
+
+    def with_pairs(self, pairs: Any) -> np.ndarray:
+        """For every config, whether its NCCL (algo, proto) setting is one of ``pairs``."""
+        return np.isin(self.pair_of, [j for j, pair in enumerate(self.pairs) if pair in pairs])
 
     def _code(self, i: int, value: Any) -> int:
         if value is None:

@@ -205,11 +205,11 @@ class ModelGuidedSampler(BaseSampler):
                     obs_y.append(math.log(t.value))
         for i in pending:
             alive[i] = False
-        alive &= ~(np.isin(grid.pair_of, [grid.pairs.index(p) for p in bad_nccl if p in grid.pairs]) & grid.nccl_ruled)
+        alive &= ~(grid.with_pairs(bad_nccl) & grid.nccl_ruled)
         # refused NCCL_REFUSALS times and never run: written off in every config (one refusal
         # may be a transient NCCL error: it halves the setting's weight below)
         refused = {pair for pair, n in nccl_failures.items() if n >= NCCL_REFUSALS and pair not in good_nccl}
-        alive &= ~np.isin(grid.pair_of, [grid.pairs.index(p) for p in refused if p in grid.pairs])
+        alive &= ~grid.with_pairs(refused)
 
         # memory: the measured/predicted peak ratios (per memory region where it has them: the
         # model's structure may be wrong in one region only), and configs dominated by an OOM

@@ -138,7 +138,7 @@ class SimLauncher(Launcher):
                 status = "oom" if peak_mem_gb > truth.capacity_gb else "ok"
                 if status == "oom" and truth.status == "ok":
                     message = _oom_message(peak_mem_gb, truth.capacity_gb)
-        peak_mem_gib = _gib(peak_mem_gb)
+        peak_mem_gib = model.gib(peak_mem_gb)
         if status == "oom":
             step_time_s = truth.step_time_s or 1.0
             wall = startup_s + step_time_s
@@ -189,14 +189,9 @@ class SimLauncher(Launcher):
                            **common)
 
 
-def _gib(gb: float) -> float:
-    """GB (1e9 bytes, helper's unit) in GiB (2^30 bytes, as cards are sold and CUDA reports)."""
-    return gb * 1e9 / 2**30
-
-
 def _oom_message(needs_gb: float, capacity_gb: float) -> str:
     """A simulated OOM, in GiB as PyTorch's own CUDA OOM says it."""
-    return f"CUDA out of memory (simulated): needs {_gib(needs_gb):.1f} GiB of {_gib(capacity_gb):.1f} GiB per GPU"
+    return f"CUDA out of memory (simulated): needs {model.gib(needs_gb):.1f} GiB of {model.gib(capacity_gb):.1f} GiB per GPU"
 
 
 def _step_times(rng: np.random.Generator, step_time_s: float, n: int) -> np.ndarray:

@@ -39,6 +39,7 @@ _EXPORTS = {
     "what_matters": ("tuner.stats._recommend", "what_matters"),
     "what_matters_power": ("tuner.stats._recommend", "what_matters_power"),
     "MAX_ROUNDS": ("tuner.stats._runoff", "MAX_ROUNDS"),
+    "N_BOOT": ("tuner.stats._importance", "N_BOOT"),
     "MIN_SURROGATE_SD": ("tuner.stats._runoff", "MIN_SURROGATE_SD"),
     "ROLE_ATTRS": ("tuner.stats._record", "ROLE_ATTRS"),
     "RUNOFF": ("tuner.stats._runoff", "RUNOFF"),

@@ -132,6 +132,7 @@ def _l2_logistic(x: np.ndarray, y: np.ndarray, *, c: float) -> tuple[np.ndarray,
     importing scikit-learn (and pandas with it: a third of `tuner analyze`'s start-up).
     tests/stats/test_failures.py holds its probabilities to scikit-learn's."""
     from scipy.optimize import minimize
+    from scipy.special import expit
 
     n, m = x.shape
     xb = np.hstack([x, np.ones((n, 1))])
@@ -141,22 +142,13 @@ def _l2_logistic(x: np.ndarray, y: np.ndarray, *, c: float) -> tuple[np.ndarray,
         z = xb @ w
         # log(1 + e^z) - y z, stably; its gradient is (sigmoid(z) - y)
         value = float(np.mean(np.logaddexp(0.0, z) - y * z)) + 0.5 * strength * float(w[:m] @ w[:m])
-        grad = xb.T @ (_sigmoid(z) - y) / n
+        grad = xb.T @ (expit(z) - y) / n
         grad[:m] += strength * w[:m]
         return value, grad
 
     fit = minimize(loss, np.zeros(m + 1), jac=True, method="L-BFGS-B",
                    options={"maxiter": 1000, "gtol": 1e-4, "ftol": 64 * np.finfo(float).eps, "maxls": 50})
     return fit.x[:m], float(fit.x[m])
-
-
-def _sigmoid(z: np.ndarray) -> np.ndarray:
-    out = np.empty_like(z)
-    pos = z >= 0
-    out[pos] = 1.0 / (1.0 + np.exp(-z[pos]))
-    e = np.exp(z[~pos])
-    out[~pos] = e / (1.0 + e)
-    return out
 
 
 def config_failure(params: dict[str, Any], trials: Sequence[TrialRecord],
