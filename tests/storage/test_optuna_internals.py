@@ -131,7 +131,8 @@ def test_a_trials_parameters_are_written_in_one_transaction(storage_url):
         values = (trial.suggest_int("a", 0, 3), trial.suggest_int("b", 0, 3), trial.suggest_categorical("c", ["x", "y"]))
         assert study_storage(study).get_trial(trial_id(trial)).params == {}    # held until the block ends
     written = "".join(events).strip("C")
-    assert written.count("P") == 3 and "C" not in written[written.index("P"):]  # one transaction, all three
+    # the three rows in one transaction (one multi-row INSERT where the driver batches them)
+    assert written.count("P") in (1, 3) and "C" not in written[written.index("P"):]
     assert values[1] == 2 and study.trials[0].params == dict(zip("abc", values)) == trial.params
     assert study.trials[0].distributions["c"] == optuna.distributions.CategoricalDistribution(["x", "y"])
 

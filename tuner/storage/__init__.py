@@ -10,12 +10,10 @@ Example:
 """
 
 from tuner.storage._optuna_internals import (
-    StudyView,
     fail_stale_trials,
     missing_internals,
     params_in_one_transaction,
     rdb_storage,
-    set_finished_trial_user_attrs,
     study_storage,
     trial_id,
     write_trial,
@@ -23,9 +21,11 @@ from tuner.storage._optuna_internals import (
 from tuner.storage._optuna_queries import (
     LedgerTrial,
     ledger_view,
+    set_finished_trial_user_attrs,
     trial_state,
     upkeep_due,
 )
+from tuner.storage._optuna_reads import StudyView
 from tuner.storage._storage import (
     DEFAULT_STORAGE,
     GRACE_PERIOD_S,

@@ -29,8 +29,10 @@ import sqlalchemy
 from optuna.storages._rdb import models as _models
 from optuna.trial import FrozenTrial, TrialState
 
-__all__ = ["HeartbeatRDBStorage", "StudyView", "trial_id", "params_in_one_transaction", "study_storage", "rdb_storage",
-           "missing_internals", "fail_stale_trials", "set_finished_trial_user_attrs", "write_trial", "study_id",
+from tuner.storage._optuna_reads import read_study_user_attrs, read_trial, read_trials
+
+__all__ = ["HeartbeatRDBStorage", "trial_id", "params_in_one_transaction", "study_storage", "rdb_storage",
+           "missing_internals", "fail_stale_trials", "write_trial", "study_id",
            "rdb_models", "scoped_session"]
 
 StaleAttrs = Mapping[str, Any] | Callable[[Mapping[str, Any]], Mapping[str, Any]]
@@ -131,31 +133,6 @@ def _upsert_running_trial_attrs(conn: Any, trial_id_: int, attrs: Mapping[str, A
             f"trial {trial_id_} is not RUNNING any more (another coordinator found it stale): its attrs were not written")
 
 
-def set_finished_trial_user_attrs(study: optuna.Study, trial: FrozenTrial, attrs: dict[str, Any]) -> bool:
-    """Set user attrs on a finished trial (Optuna refuses: ``check_trial_is_updatable``), so a
-    recommendation made after the study ran marks its trial where Optuna's CLI and
-    optuna-dashboard show it. Writes the rows through the RDB storage's own session and model
-    (the study's cache keeps its old copy); False, writing nothing, on any other storage."""
-    rdb = rdb_storage(study)
-    if not isinstance(rdb, optuna.storages.RDBStorage):
-        return False
-    session = rdb.scoped_session()
-    try:
-        for key, value in attrs.items():
-            row = (session.query(_models.TrialUserAttributeModel)
-                   .filter_by(trial_id=trial_id(trial), key=key).one_or_none())
-            if row is None:
-                session.add(_models.TrialUserAttributeModel(trial_id=trial_id(trial), key=key,
-                                                           value_json=json.dumps(value)))
-            else:
-                row.value_json = json.dumps(value)
-        session.commit()
-    except Exception:
-        session.rollback()
-        raise
-    return True
-
-
 _CONSTRAINTS = "constraints"
 """The prefix of the system attrs Optuna's ``Trial.set_constraint`` writes (``constraints:<key>``);
 missing_internals() checks Optuna still uses it."""
@@ -194,6 +171,18 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
             self._first_beat(trial_id(frozen))
         return frozen
 
+    # Optuna's reads of whole trials (get_trial, and _get_trials, what its cache calls) in two
+    # statements instead of six, and of the study's user attrs in one, without ORM objects (_optuna_reads)
+    def get_trial(self, trial_id: int) -> FrozenTrial:
+        return read_trial(self.engine, trial_id)
+
+    def get_study_user_attrs(self, study_id: int) -> dict[str, Any]:
+        return read_study_user_attrs(self.engine, study_id)
+
+    def _get_trials(self, study_id: int, states: Container[TrialState] | None, included_trial_ids: set[int],
+                    trial_id_greater_than: int) -> list[FrozenTrial]:
+        return read_trials(self.engine, study_id, states, included_trial_ids, trial_id_greater_than)
+
     # Optuna's cache writes each parameter here, a transaction apiece: params_held makes them one
     def _set_trial_param(self, trial_id: int, param_name: str, param_value_internal: float,
                          distribution: Any, previous_distribution: Any) -> None:
@@ -217,10 +206,21 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
             held = by_thread[me][1]
         finally:
             del by_thread[me]
-        if held:
-            with _create_scoped_session(self.scoped_session, True) as session:
-                for name, value, dist, previous in held:
-                    self._set_trial_param_without_commit(session, trial_id_, name, value, dist, previous)
+        if not held:
+            return
+        param, trial_model, dists = _models.TrialParamModel, _models.TrialModel, optuna.distributions
+        with _create_scoped_session(self.scoped_session, True) as session:  # Optuna's checks, the trial read once
+            trial = trial_model.find_or_raise_by_id(trial_id_, session)
+            self.check_trial_is_updatable(trial_id_, trial.state)
+            unknown = {name for name, _, _, previous in held if previous is None}  # the cache knew no earlier trial's
+            earlier = dict(session.query(param.param_name, param.distribution_json).distinct().join(trial_model).filter(
+                trial_model.study_id == trial.study_id, param.param_name.in_(unknown)).all()) if unknown else {}
+            for name, value, dist, previous in held:
+                previous = previous or (dists.json_to_distribution(earlier[name]) if name in earlier else None)
+                if previous is not None:
+                    dists.check_distribution_compatibility(previous, dist)
+                session.add(param(trial_id=trial_id_, param_name=name, param_value=value,
+                                  distribution_json=dists.distribution_to_json(dist)))
 
     def record(self, trial_id_: int, *, steps: Sequence[tuple[int, float]] = (),
                user_attrs: dict[str, Any] | None = None, system_attrs: dict[str, Any] | None = None,
@@ -335,34 +335,6 @@ def fail_stale_trials(study: optuna.Study, attrs: StaleAttrs) -> list[FrozenTria
     return [rdb.get_trial(t) for t in stale if rdb.fail_if_stale(t, attrs)]
 
 
-class StudyView:
-    """A study as a sampler reads it: every trial passed through ``seen_as`` first.
-
-    Optuna's samplers read a study's trials through ``Study._get_trials`` (TPE, GP and the
-    search spaces they infer); everything else is the study's own. tuner.search hands its
-    samplers this view so a screened trial (FAIL, which every Optuna sampler ignores) is seen
-    as the failure it stands for (tuner.search.as_sampler_sees_it).
-    """
-
-    def __init__(self, study: optuna.Study, seen_as: Callable[[FrozenTrial], FrozenTrial]) -> None:
-        self._study, self._seen_as = study, seen_as
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._study, name)
-
-    def _get_trials(self, deepcopy: bool = True, states: Container[TrialState] | None = None,
-                    use_cache: bool = False) -> list[FrozenTrial]:
-        trials = (self._seen_as(t) for t in self._study._get_trials(deepcopy=deepcopy, use_cache=use_cache))  # noqa: SLF001
-        return [t for t in trials if states is None or t.state in states]
-
-    def get_trials(self, deepcopy: bool = True, states: Container[TrialState] | None = None) -> list[FrozenTrial]:
-        return self._get_trials(deepcopy=deepcopy, states=states)
-
-    @property
-    def trials(self) -> list[FrozenTrial]:
-        return self.get_trials()
-
-
 def missing_internals() -> list[str]:
     """What this module relies on and the installed Optuna lacks ([] when all is there)."""
     rdb = HeartbeatRDBStorage("sqlite:///:memory:")
@@ -374,6 +346,8 @@ def missing_internals() -> list[str]:
               "the study cache's _backend": lambda: study._storage._backend,  # noqa: SLF001
               "RDBStorage._create_new_trial": lambda: optuna.storages.RDBStorage._create_new_trial,  # noqa: SLF001
               "RDBStorage._get_stale_trial_ids": lambda: optuna.storages.RDBStorage._get_stale_trial_ids,  # noqa: SLF001
+              "RDBStorage._get_trials (what the study cache reads trials through)":
+                  lambda: optuna.storages.RDBStorage._get_trials,  # noqa: SLF001
               "TrialUserAttributeModel.where_trial_id (fail_if_stale)":
                   lambda: _models.TrialUserAttributeModel.where_trial_id,
               "RDBStorage._set_trial_attr_without_commit (fail_if_stale, end_if_waiting)":

@@ -28,7 +28,7 @@ from tuner.storage._optuna_internals import (
     trial_id,
 )
 
-__all__ = ["trial_state", "LedgerTrial", "ledger_view", "upkeep_due"]
+__all__ = ["trial_state", "LedgerTrial", "ledger_view", "upkeep_due", "set_finished_trial_user_attrs"]
 
 
 def trial_state(study: optuna.Study, trial: optuna.Trial | FrozenTrial) -> TrialState:
@@ -98,3 +98,28 @@ def upkeep_due(study: optuna.Study) -> bool:
             return False
         now = session.execute(sqlalchemy.func.now()).scalar().replace(tzinfo=None)  # the server's clock
     return any(when is None or now - when > rdb.grace for _, when in rows)
+
+
+def set_finished_trial_user_attrs(study: optuna.Study, trial: FrozenTrial, attrs: dict[str, Any]) -> bool:
+    """Set user attrs on a finished trial (Optuna refuses: ``check_trial_is_updatable``), so a
+    recommendation made after the study ran marks its trial where Optuna's CLI and
+    optuna-dashboard show it. Writes the rows through the RDB storage's own session and model
+    (the study's cache keeps its old copy); False, writing nothing, on any other storage."""
+    rdb = rdb_storage(study)
+    if not isinstance(rdb, optuna.storages.RDBStorage):
+        return False
+    session = rdb.scoped_session()
+    try:
+        for key, value in attrs.items():
+            row = (session.query(rdb_models.TrialUserAttributeModel)
+                   .filter_by(trial_id=trial_id(trial), key=key).one_or_none())
+            if row is None:
+                session.add(rdb_models.TrialUserAttributeModel(trial_id=trial_id(trial), key=key,
+                                                               value_json=json.dumps(value)))
+            else:
+                row.value_json = json.dumps(value)
+        session.commit()
+    except Exception:
+        session.rollback()
+        raise
+    return True

@@ -33,7 +33,6 @@ from tuner.study._breaker import (
 from tuner.study._coordinator import (
     RunOptions,
     TrialEvent,
-    adaptive_bar,
     record_result,
     run_study,
 )
@@ -54,6 +53,7 @@ from tuner.study._outcome import (
     INTERRUPTED,
     LOST,
     Outcome,
+    adaptive_bar,
     best_lower_bound,
     infrastructure_failure,
     label_budget_stop,

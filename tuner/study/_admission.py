@@ -56,6 +56,9 @@ class Admitted(NamedTuple):
     """Every knob's value, as the workload receives it (tuner.spec's ``complete_params``, once)."""
     reserved_gpu_seconds: float
     cap_basis_gpu_seconds: float
+    trials: list[optuna.trial.FrozenTrial]
+    """The study as the admission decided on it (read before its ask): the finished trials the
+    start's progress line and the adaptive bar use, without reading the study again."""
 
 
 MAX_PRUNED_IN_A_ROW = 200
@@ -165,7 +168,7 @@ def admit(study: optuna.Study, raw_storage: Any, spec: StudySpec, limits: tuple[
             asked.clear()
             continue
         asked.clear()
-        return Admitted(trial, params, full, cap, admission.cap_basis_gpu_seconds)
+        return Admitted(trial, params, full, cap, admission.cap_basis_gpu_seconds, trials)
 
 
 def _release(study: optuna.Study, trial: optuna.Trial) -> None:

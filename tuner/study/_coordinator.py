@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ from tuner.storage import (
     admission_lock,
     end_if_waiting,
     end_unrun,
+    ledger_view,
     open_storage,
     rdb_storage,
     retry_notes,
@@ -52,7 +53,7 @@ from tuner.study._admission import admit, finished
 from tuner.study._breaker import DEFAULT_LIMIT, CircuitBreaker
 from tuner.study._heartbeat import Heartbeat, HeartbeatLost
 from tuner.study._lifecycle import RunSummary, open_study, retry_once, summarize
-from tuner.study._outcome import INTERRUPTED, Outcome, best_lower_bound, label_budget_stop, launch_gpus, outcome
+from tuner.study._outcome import INTERRUPTED, Outcome, adaptive_bar, label_budget_stop, launch_gpus, outcome
 from tuner.study._preflight import check_runs_dir, needs_preflight, preflight
 
 __all__ = ["RunOptions", "TrialEvent", "run_study", "record_result", "adaptive_bar", "end_unrun"]
@@ -151,10 +152,12 @@ def _run_study(spec: StudySpec, options: RunOptions, on_event: Callable[[TrialEv
     def read() -> list[optuna.trial.FrozenTrial]:
         return with_retries(lambda: study.get_trials(deepcopy=False), what="reading the study")
 
-    def event(kind: str, trials: list[optuna.trial.FrozenTrial] | None = None, **kw: Any) -> TrialEvent:
+    def event(kind: str, trials: list[optuna.trial.FrozenTrial] | None = None, ledger: list[Any] | None = None,
+              **kw: Any) -> TrialEvent:
         trials = read() if trials is None else trials  # one read
         best_value, best_ci = _best(trials)
-        return TrialEvent(kind=kind, used_gpu_seconds=ledger_from_trials(trials, limit).used_gpu_seconds,
+        used = ledger_from_trials(trials if ledger is None else ledger, limit).used_gpu_seconds
+        return TrialEvent(kind=kind, used_gpu_seconds=used,
                           limit_gpu_seconds=limit,
                           best_value=best_value, best_ci=best_ci, **kw)
 
@@ -193,9 +196,10 @@ def _run_study(spec: StudySpec, options: RunOptions, on_event: Callable[[TrialEv
                 waiting_on |= running
                 time.sleep(min(HEARTBEAT_INTERVAL_S, grace / 3))
                 continue
-            trial, params, full_params, reserved, cap_basis = admitted
-            now = read()   # the start's progress line and the adaptive bar read the study once
-            emit(event("start", trials=now, number=trial.number, params=params, reserved_gpu_seconds=reserved,
+            trial, params, full_params, reserved, cap_basis, now = admitted
+            # the start's line: the finished trials the admission read, the ledger with this reservation
+            ledger = with_retries(lambda: ledger_view(study, budget.LEDGER_ATTRS), what="reading the ledger")
+            emit(event("start", trials=now, ledger=ledger, number=trial.number, params=params, reserved_gpu_seconds=reserved,
                        gpus=launch_gpus(spec), planned_steps=spec.trial.measure_steps,
                        result_path=str(runs_dir / f"trial-{trial.number:04d}" / "result.jsonl")))
             request = TrialRequest(study_name=name, number=trial.number,
@@ -364,29 +368,6 @@ def _record_interrupted(study: optuna.Study, trial: optuna.Trial, gpu_seconds: f
     except Exception:
         if not quiet:
             raise
-
-
-def adaptive_bar(study: optuna.Study, spec: StudySpec, trials: list[optuna.trial.FrozenTrial] | None = None, *,
-                 run: Mapping[str, Any] | None = None) -> float | None:
-    """Adaptive measurement's bar for the next trial (None: adaptive measurement off, no CI yet, or
-    measured until precise); ``trials``: the study as just read, ``run``: the trial's user attrs.
-    A search trial's bar is the best ok trial's 95% CI lower bound (best_lower_bound); a revert's,
-    its round's re-measurement of the best (none yet: no bar), not the search's luckiest trial.
-    The baseline and re-measurements measure until precise (docs/statistics.md, section 2)."""
-    if not spec.trial.adaptive:
-        return None
-    run = run or {}
-    revert = run.get("role") == "ablation" and run.get("ablation_knob") is not None and not run.get("remeasure")
-    if run.get("role") and not revert:
-        return None
-    if trials is None:
-        trials = with_retries(lambda: study.get_trials(deepcopy=False), what="reading finished trials")
-    ok = (t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("status") == "ok")
-    if revert:
-        round_ = run.get("ablation_round", 1)
-        ok = (t for t in ok if t.user_attrs.get("remeasure") == "best"
-              and t.user_attrs.get("ablation_round", 1) == round_)
-    return best_lower_bound([t.intermediate_values[k] for k in sorted(t.intermediate_values)] for t in ok)
 
 
 def _best(trials: list[optuna.trial.FrozenTrial]) -> tuple[float | None, tuple[float, float] | None]:

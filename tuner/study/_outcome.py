@@ -28,12 +28,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import optuna
+from optuna.trial import TrialState
+
 from tuner.budget import CAP_FACTOR
 from tuner.launch import TrialResult
 from tuner.measurement import batch_means_ci
 from tuner.spec import StudySpec
+from tuner.storage import with_retries
 
-__all__ = ["best_lower_bound", "Outcome", "outcome", "infrastructure_failure", "label_budget_stop", "launch_gpus",
+__all__ = ["adaptive_bar", "best_lower_bound", "Outcome", "outcome", "infrastructure_failure", "label_budget_stop", "launch_gpus",
            "STOPPED_BY_BUDGET", "LOST", "INTERRUPTED", "NO_RESULT"]
 
 LOST = "lost"
@@ -144,3 +148,26 @@ def label_budget_stop(result: TrialResult, *, reserved_gpu_seconds: float | None
 def launch_gpus(spec: StudySpec) -> int:
     """GPUs a trial holds while it runs (the local launcher runs one node whatever the spec says)."""
     return spec.cluster.gpus_per_node if spec.cluster.launcher == "local" else spec.cluster.world_size
+
+
+def adaptive_bar(study: optuna.Study, spec: StudySpec, trials: list[optuna.trial.FrozenTrial] | None = None, *,
+                 run: Mapping[str, Any] | None = None) -> float | None:
+    """Adaptive measurement's bar for the next trial (None: adaptive measurement off, no CI yet, or
+    measured until precise); ``trials``: the study as just read, ``run``: the trial's user attrs.
+    A search trial's bar is the best ok trial's 95% CI lower bound (best_lower_bound); a revert's,
+    its round's re-measurement of the best (none yet: no bar), not the search's luckiest trial.
+    The baseline and re-measurements measure until precise (docs/statistics.md, section 2)."""
+    if not spec.trial.adaptive:
+        return None
+    run = run or {}
+    revert = run.get("role") == "ablation" and run.get("ablation_knob") is not None and not run.get("remeasure")
+    if run.get("role") and not revert:
+        return None
+    if trials is None:
+        trials = with_retries(lambda: study.get_trials(deepcopy=False), what="reading finished trials")
+    ok = (t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("status") == "ok")
+    if revert:
+        round_ = run.get("ablation_round", 1)
+        ok = (t for t in ok if t.user_attrs.get("remeasure") == "best"
+              and t.user_attrs.get("ablation_round", 1) == round_)
+    return best_lower_bound([t.intermediate_values[k] for k in sorted(t.intermediate_values)] for t in ok)
