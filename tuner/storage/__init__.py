@@ -9,6 +9,7 @@ Example:
     'postgresql+psycopg2://tuner:***@db:5432/tuner'
 """
 
+from tuner.storage._optuna_core import StudyView
 from tuner.storage._optuna_internals import (
     fail_stale_trials,
     missing_internals,
@@ -25,7 +26,6 @@ from tuner.storage._optuna_queries import (
     trial_state,
     upkeep_due,
 )
-from tuner.storage._optuna_reads import StudyView
 from tuner.storage._storage import (
     DEFAULT_STORAGE,
     GRACE_PERIOD_S,

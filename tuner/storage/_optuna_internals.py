@@ -29,7 +29,13 @@ import sqlalchemy
 from optuna.storages._rdb import models as _models
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.storage._optuna_reads import read_study_user_attrs, read_trial, read_trials
+from tuner.storage._optuna_core import (
+    read_study_user_attrs,
+    read_trial,
+    read_trials,
+    trial_state_statement,
+    upsert_rows,
+)
 
 __all__ = ["HeartbeatRDBStorage", "trial_id", "params_in_one_transaction", "study_storage", "rdb_storage",
            "missing_internals", "fail_stale_trials", "write_trial", "study_id",
@@ -172,7 +178,7 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
         return frozen
 
     # Optuna's reads of whole trials (get_trial, and _get_trials, what its cache calls) in two
-    # statements instead of six, and of the study's user attrs in one, without ORM objects (_optuna_reads)
+    # statements instead of six, and of the study's user attrs in one, without ORM objects (_optuna_core)
     def get_trial(self, trial_id: int) -> FrozenTrial:
         return read_trial(self.engine, trial_id)
 
@@ -194,24 +200,27 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
 
     @contextlib.contextmanager
     def params_held(self, trial_id_: int) -> Iterator[None]:
-        """Hold this thread's parameter writes to ``trial_id_``; write them in one transaction on
-        leaving, checked as Optuna checks each (none on an error: the trial is abandoned)."""
+        """Hold this thread's parameter writes to ``trial_id_``, and the user attrs recorded alone
+        (the sampler's); write them in one transaction on leaving, checked as Optuna checks each
+        (none on an error: the trial is abandoned)."""
         from optuna.storages._rdb.storage import _create_scoped_session
 
         by_thread = self.__dict__.setdefault("_held_params", {})
         me = threading.get_ident()
-        by_thread[me] = (trial_id_, [])
+        by_thread[me] = (trial_id_, [], {})
         try:
             yield
-            held = by_thread[me][1]
+            _, held, attrs = by_thread[me]
         finally:
             del by_thread[me]
-        if not held:
+        if not held and not attrs:
             return
         param, trial_model, dists = _models.TrialParamModel, _models.TrialModel, optuna.distributions
         with _create_scoped_session(self.scoped_session, True) as session:  # Optuna's checks, the trial read once
             trial = trial_model.find_or_raise_by_id(trial_id_, session)
             self.check_trial_is_updatable(trial_id_, trial.state)
+            upsert_rows(session.connection(), _models.TrialUserAttributeModel.__table__, trial_id_, "key",
+                    {key: {"value_json": json.dumps(value)} for key, value in attrs.items()})
             unknown = {name for name, _, _, previous in held if previous is None}  # the cache knew no earlier trial's
             earlier = dict(session.query(param.param_name, param.distribution_json).distinct().join(trial_model).filter(
                 trial_model.study_id == trial.study_id, param.param_name.in_(unknown)).all()) if unknown else {}
@@ -225,48 +234,40 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
     def record(self, trial_id_: int, *, steps: Sequence[tuple[int, float]] = (),
                user_attrs: dict[str, Any] | None = None, system_attrs: dict[str, Any] | None = None,
                heartbeat: bool = False) -> dict[str, Any]:
-        """A finished trial's intermediate values, user attrs and system attrs not set yet
-        (constraints) in one transaction (Optuna: some 60 round trips); returns the system attrs
-        written. ``heartbeat``: its heartbeat too (the server's clock). All or nothing: a trial
-        another process finished raises UpdateFinishedTrialError and nothing is written."""
-        from optuna.storages._rdb.storage import _create_scoped_session
-
-        attrs, written = dict(user_attrs or {}), {}
-        with _create_scoped_session(self.scoped_session, True) as session:
-            trial = _models.TrialModel.find_or_raise_by_id(trial_id_, session)
-            self.check_trial_is_updatable(trial_id_, trial.state)
-            values = {int(step): _models.TrialIntermediateValueModel.intermediate_value_to_stored_repr(float(value))
-                      for step, value in steps}
-            if values:
-                held = {row.step: row for row in session.query(_models.TrialIntermediateValueModel).filter(
-                    _models.TrialIntermediateValueModel.trial_id == trial_id_)}
-                for step, (stored, kind) in values.items():
-                    if step in held:
-                        held[step].intermediate_value, held[step].intermediate_value_type = stored, kind
-                    else:
-                        session.add(_models.TrialIntermediateValueModel(
-                            trial_id=trial_id_, step=step, intermediate_value=stored, intermediate_value_type=kind))
-            if attrs:
-                model = _models.TrialUserAttributeModel
-                held = {row.key: row for row in session.query(model).filter(model.trial_id == trial_id_)}
-                for key, value in attrs.items():
-                    if key in held:
-                        held[key].value_json = json.dumps(value)
-                    else:
-                        session.add(model(trial_id=trial_id_, key=key, value_json=json.dumps(value)))
-            if system_attrs:  # set once, as Optuna's set_constraint keeps them
-                model = _models.TrialSystemAttributeModel
-                held = {row.key for row in session.query(model).filter(model.trial_id == trial_id_)}
-                for key, value in system_attrs.items():
-                    if key not in held:
-                        session.add(model(trial_id=trial_id_, key=key, value_json=json.dumps(value)))
-                        written[key] = value
-            if heartbeat:
-                beat = _models.TrialHeartbeatModel.where_trial_id(trial_id_, session, True)
-                if beat is None:
-                    session.add(_models.TrialHeartbeatModel(trial_id=trial_id_))
-                else:
-                    beat.heartbeat = session.execute(sqlalchemy.func.now()).scalar()
+        """A running trial's intermediate values, user attrs and system attrs not set yet
+        (constraints) in one transaction of plain statements (Optuna: some 60 round trips and an
+        ORM object a row); returns the system attrs written. ``heartbeat``: its heartbeat too (the
+        server's clock). All or nothing: a trial another process finished raises
+        UpdateFinishedTrialError and nothing is written; a row another writer inserted first is
+        given up, as Optuna's own sessions give it up (``ignore_integrity_error``)."""
+        held = self.__dict__.get("_held_params", {}).get(threading.get_ident())  # params_held's, for this trial
+        if held is not None and held[0] == trial_id_ and not (steps or system_attrs or heartbeat):
+            held[2].update(user_attrs or {})
+            return {}
+        m, written = _models, {}
+        try:
+            with self.engine.begin() as conn:
+                state = conn.execute(trial_state_statement(), {"trial_id": trial_id_}).scalar()
+                if state is None:
+                    raise KeyError(m.NOT_FOUND_MSG)
+                self.check_trial_is_updatable(trial_id_, state)
+                stored = {int(step): m.TrialIntermediateValueModel.intermediate_value_to_stored_repr(float(value))
+                          for step, value in steps}
+                upsert_rows(conn, m.TrialIntermediateValueModel.__table__, trial_id_, "step", {
+                    step: {"intermediate_value": v, "intermediate_value_type": kind} for step, (v, kind) in stored.items()})
+                upsert_rows(conn, m.TrialUserAttributeModel.__table__, trial_id_, "key",
+                        {key: {"value_json": json.dumps(value)} for key, value in (user_attrs or {}).items()})
+                if system_attrs:  # set once, as Optuna's set_constraint keeps them
+                    written = upsert_rows(conn, m.TrialSystemAttributeModel.__table__, trial_id_, "key", {
+                        key: {"value_json": json.dumps(value)} for key, value in system_attrs.items()}, update=False)
+                    written = {key: system_attrs[key] for key in written}
+                if heartbeat:
+                    beat = m.TrialHeartbeatModel.__table__
+                    if not conn.execute(beat.update().where(beat.c.trial_id == trial_id_)
+                                        .values(heartbeat=sqlalchemy.func.now())).rowcount:
+                        conn.execute(beat.insert().values(trial_id=trial_id_, heartbeat=sqlalchemy.func.now()))
+        except sqlalchemy.exc.IntegrityError:
+            return {}
         return written
 
     def set_trial_state_values(self, trial_id: int, state: TrialState,

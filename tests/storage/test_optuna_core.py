@@ -110,7 +110,7 @@ def test_the_running_trial_reads_in_two_statements(pg_url):
     assert len(statements) == 4
 
 
-def test_study_user_attrs_read_as_optuna_reads_them(storage_url):
+def test_study_user_attrs_read_as_optuna_core_them(storage_url):
     storage = open_storage(storage_url)
     study = optuna.create_study(storage=storage)
     assert rdb_storage(study).get_study_user_attrs(study._study_id) == {}
