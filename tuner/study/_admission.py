@@ -29,6 +29,7 @@ from tuner.launch import Launcher
 from tuner.search import is_deliberate, screen, screen_repeat, suggest_params
 from tuner.spec import StudySpec, complete_params
 from tuner.storage import (
+    LedgerTrial,
     admission_lock,
     end_unrun,
     ledger_view,
@@ -59,6 +60,9 @@ class Admitted(NamedTuple):
     trials: list[optuna.trial.FrozenTrial]
     """The study as the admission decided on it (read before its ask): the finished trials the
     start's progress line and the adaptive bar use, without reading the study again."""
+    ledger: list[Any]
+    """The ledger as the reservation read it under the lock, this trial's reservation in it
+    (tuner.storage.LedgerTrial rows): the start's GPU-seconds used, without another read."""
 
 
 MAX_PRUNED_IN_A_ROW = 200
@@ -157,9 +161,12 @@ def admit(study: optuna.Study, raw_storage: Any, spec: StudySpec, limits: tuple[
                     asked.clear()
                     return None
                 # one statement for the three, on the lock's own connection where it has one
-                write_trial(study, trial, user_attrs={"reserved_gpu_seconds": float(cap),
-                                                      "estimated_gpu_seconds": float(admission.estimate_gpu_seconds),
-                                                      "launcher": spec.cluster.launcher}, conn=held)
+                reservation = {"reserved_gpu_seconds": float(cap),
+                               "estimated_gpu_seconds": float(admission.estimate_gpu_seconds),
+                               "launcher": spec.cluster.launcher}
+                write_trial(study, trial, user_attrs=reservation, conn=held)
+                ledger = [LedgerTrial(t.number, t.state, {**t.user_attrs, **reservation} if t.number == trial.number
+                                      else dict(t.user_attrs)) for t in now]
         except optuna.exceptions.UpdateFinishedTrialError:
             # another coordinator ended the trial between our ask and here (a queued run it
             # skipped as unaffordable, or found stale): it is theirs now; ask again
@@ -168,7 +175,7 @@ def admit(study: optuna.Study, raw_storage: Any, spec: StudySpec, limits: tuple[
             asked.clear()
             continue
         asked.clear()
-        return Admitted(trial, params, full, cap, admission.cap_basis_gpu_seconds, trials)
+        return Admitted(trial, params, full, cap, admission.cap_basis_gpu_seconds, trials, ledger)
 
 
 def _release(study: optuna.Study, trial: optuna.Trial) -> None:

@@ -40,7 +40,6 @@ from tuner.storage import (
     admission_lock,
     end_if_waiting,
     end_unrun,
-    ledger_view,
     open_storage,
     rdb_storage,
     retry_notes,
@@ -196,9 +195,8 @@ def _run_study(spec: StudySpec, options: RunOptions, on_event: Callable[[TrialEv
                 waiting_on |= running
                 time.sleep(min(HEARTBEAT_INTERVAL_S, grace / 3))
                 continue
-            trial, params, full_params, reserved, cap_basis, now = admitted
-            # the start's line: the finished trials the admission read, the ledger with this reservation
-            ledger = with_retries(lambda: ledger_view(study, budget.LEDGER_ATTRS), what="reading the ledger")
+            trial, params, full_params, reserved, cap_basis, now, ledger = admitted
+            # the start's line: the finished trials the admission read, its ledger with this reservation
             emit(event("start", trials=now, ledger=ledger, number=trial.number, params=params, reserved_gpu_seconds=reserved,
                        gpus=launch_gpus(spec), planned_steps=spec.trial.measure_steps,
                        result_path=str(runs_dir / f"trial-{trial.number:04d}" / "result.jsonl")))
