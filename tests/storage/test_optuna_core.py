@@ -123,3 +123,20 @@ def test_study_user_attrs_read_as_optuna_core_them(storage_url):
     with pytest.raises(KeyError):
         rdb_storage(study).get_study_user_attrs(10**6)
     theirs.engine.dispose()
+
+
+def test_a_database_error_is_raised_as_optunas_sessions_raise_it(tmp_path):
+    """StorageInternalError with the driver's error as its cause, as Optuna's own reads and
+    writes raise it: what tuner's retries (tuner.storage) and users' scripts expect."""
+    import sqlalchemy
+
+    study = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path / 't.db'}"))
+    trial = study.ask()
+    storage = rdb_storage(study)
+    with storage.engine.begin() as conn:
+        conn.execute(sqlalchemy.text("DROP TABLE trial_user_attributes"))
+    for call in (lambda: storage.get_trial(trial_id(trial)), lambda: storage._get_trials(study._study_id, None, set(), -1),
+                 lambda: storage.record(trial_id(trial), user_attrs={"status": "ok"})):
+        with pytest.raises(optuna.exceptions.StorageInternalError) as raised:
+            call()
+        assert isinstance(raised.value.__cause__, sqlalchemy.exc.OperationalError)

@@ -20,6 +20,7 @@ objects are built once (``functools.cache``): building them cost more than runni
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import json
@@ -32,11 +33,28 @@ from optuna import distributions
 from optuna.storages._rdb import models as rdb_models  # Optuna's table models (as tuner.storage's internals)
 from optuna.trial import FrozenTrial, TrialState
 
-__all__ = ["read_trial", "read_trials", "read_study_user_attrs", "upsert_rows", "trial_state_statement", "StudyView"]
+__all__ = ["read_trial", "read_trials", "read_study_user_attrs", "upsert_rows", "trial_state_statement", "optuna_errors",
+           "StudyView"]
 
 _PARAM, _VALUE, _USER, _SYSTEM, _STEP = range(5)
 
 
+@contextlib.contextmanager
+def optuna_errors() -> Any:
+    """A database error raised as Optuna's sessions raise it (StorageInternalError, the driver's
+    error its cause), so callers of these statements see what callers of Optuna's see; an
+    IntegrityError as it is (the writer decides)."""
+    try:
+        yield
+    except sqlalchemy.exc.IntegrityError:
+        raise
+    except sqlalchemy.exc.SQLAlchemyError as exc:
+        raise optuna.exceptions.StorageInternalError(
+            "An exception is raised during the commit. This typically happens due to invalid data in the commit, "
+            "e.g. exceeding max length. ") from exc
+
+
+@optuna_errors()
 def read_trial(engine: sqlalchemy.engine.Engine, trial_id: int) -> FrozenTrial:
     """``RDBStorage.get_trial``: KeyError when there is no such trial."""
     one, related = _statements_for_one()
@@ -47,6 +65,7 @@ def read_trial(engine: sqlalchemy.engine.Engine, trial_id: int) -> FrozenTrial:
         return _build(rows, conn.execute(related, {"trial_id": trial_id}).all())[0]
 
 
+@optuna_errors()
 def read_trials(engine: sqlalchemy.engine.Engine, study_id: int, states: Container[TrialState] | None,
                 included_trial_ids: set[int], trial_id_greater_than: int) -> list[FrozenTrial]:
     """``RDBStorage._get_trials``: the study's trials in ``states`` (None: all) whose id is in
@@ -92,6 +111,7 @@ def _statements_for_study(by_state: bool, included: bool, after: bool) -> tuple[
     return trials, _related(lambda table: table.c.trial_id.in_(chosen))
 
 
+@optuna_errors()
 def read_study_user_attrs(engine: sqlalchemy.engine.Engine, study_id: int) -> dict[str, Any]:
     """``RDBStorage.get_study_user_attrs`` in one statement: KeyError when there is no such study."""
     with engine.connect() as conn:

@@ -30,6 +30,7 @@ from optuna.storages._rdb import models as _models
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.storage._optuna_core import (
+    optuna_errors,
     read_study_user_attrs,
     read_trial,
     read_trials,
@@ -246,7 +247,7 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
             return {}
         m, written = _models, {}
         try:
-            with self.engine.begin() as conn:
+            with optuna_errors(), self.engine.begin() as conn:
                 state = conn.execute(trial_state_statement(), {"trial_id": trial_id_}).scalar()
                 if state is None:
                     raise KeyError(m.NOT_FOUND_MSG)
