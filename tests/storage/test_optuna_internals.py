@@ -129,8 +129,11 @@ def test_a_trials_parameters_are_written_in_one_transaction(storage_url):
     events.clear()
     with params_in_one_transaction(trial):
         values = (trial.suggest_int("a", 0, 3), trial.suggest_int("b", 0, 3), trial.suggest_categorical("c", ["x", "y"]))
-        assert study_storage(study).get_trial(trial_id(trial)).params == {}    # held until the block ends
+        storage.record(trial_id(trial), user_attrs={"pick": "model"})          # the sampler's attrs: held with them
+        held = study_storage(study).get_trial(trial_id(trial))
+        assert held.params == {} and "pick" not in held.user_attrs               # held until the block ends
     written = "".join(events).strip("C")
+    assert study_storage(study).get_trial(trial_id(trial)).user_attrs["pick"] == "model"
     # the three rows in one transaction (one multi-row INSERT where the driver batches them)
     assert written.count("P") in (1, 3) and "C" not in written[written.index("P"):]
     assert values[1] == 2 and study.trials[0].params == dict(zip("abc", values)) == trial.params

@@ -221,7 +221,7 @@ class HeartbeatRDBStorage(optuna.storages.RDBStorage):
             trial = trial_model.find_or_raise_by_id(trial_id_, session)
             self.check_trial_is_updatable(trial_id_, trial.state)
             upsert_rows(session.connection(), _models.TrialUserAttributeModel.__table__, trial_id_, "key",
-                    {key: {"value_json": json.dumps(value)} for key, value in attrs.items()})
+                        {key: {"value_json": json.dumps(value)} for key, value in attrs.items()})
             unknown = {name for name, _, _, previous in held if previous is None}  # the cache knew no earlier trial's
             earlier = dict(session.query(param.param_name, param.distribution_json).distinct().join(trial_model).filter(
                 trial_model.study_id == trial.study_id, param.param_name.in_(unknown)).all()) if unknown else {}

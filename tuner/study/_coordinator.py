@@ -55,7 +55,7 @@ from tuner.study._lifecycle import RunSummary, open_study, retry_once, summarize
 from tuner.study._outcome import INTERRUPTED, Outcome, adaptive_bar, label_budget_stop, launch_gpus, outcome
 from tuner.study._preflight import check_runs_dir, needs_preflight, preflight
 
-__all__ = ["RunOptions", "TrialEvent", "run_study", "record_result", "adaptive_bar", "end_unrun"]
+__all__ = ["RunOptions", "TrialEvent", "run_study", "record_result", "end_unrun"]
 
 @dataclass(frozen=True, kw_only=True)
 class RunOptions:
