@@ -56,7 +56,9 @@ def slurm_spec(tmp_path, *, name="slurm", timeout_s=60, gpus_per_node=2, command
     path = tmp_path / f"{name}.toml"
     path.write_text(text)
     spec = load_spec(path)
-    return dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, **cluster)) if cluster else spec
+    # an allocation another test leaked (its nodes never free) fails a test in minutes, not an hour
+    cluster = {"pending_limit_s": 300.0, **cluster}
+    return dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, **cluster))
 
 
 def request(spec, tmp_path, params, number=0):
@@ -65,7 +67,7 @@ def request(spec, tmp_path, params, number=0):
                         run_dir=tmp_path / "runs" / spec.study.name / f"trial-{number:04d}")
 
 
-def when_step_runs(cluster, action, timeout_s=30.0):
+def when_step_runs(cluster, action, timeout_s=150.0):
     """Run ``action`` from a thread as soon as a trial's job step is running."""
     def watch():
         deadline = time.monotonic() + timeout_s
@@ -176,18 +178,20 @@ def test_timeout_cancels_the_step_and_close_the_allocation(slurm_cluster, tmp_pa
 @pytest.mark.slow
 def test_ctrl_c_leaves_no_job_and_no_process(slurm_cluster, tmp_path, monkeypatch):  # noqa: F811
     monkeypatch.setenv("FAST_OBJECTIVE_MODE", "hang")
-    spec = slurm_spec(tmp_path)
+    spec = slurm_spec(tmp_path, timeout_s=240)   # outlasts when_step_runs' window on a loaded machine
     launcher = get_launcher(spec)
     main = threading.get_ident()
     when_step_runs(slurm_cluster, lambda: signal.pthread_kill(main, signal.SIGINT))
-    with pytest.raises(KeyboardInterrupt):
-        launcher.launch(request(spec, tmp_path, {"micro_batch": 1}))
-    assert slurm_cluster.wait_queue_empty(timeout_s=60) == []
-    deadline = time.monotonic() + 60
-    while trial_processes_left(str(tmp_path)) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert trial_processes_left(str(tmp_path)) == []
-    launcher.close()  # idempotent
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            launcher.launch(request(spec, tmp_path, {"micro_batch": 1}))
+        assert slurm_cluster.wait_queue_empty(timeout_s=60) == []
+        deadline = time.monotonic() + 60
+        while trial_processes_left(str(tmp_path)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert trial_processes_left(str(tmp_path)) == []
+    finally:
+        launcher.close()  # idempotent; on a failure above, the allocation must not outlive the test
 
 
 @pytest.mark.slow
@@ -195,16 +199,16 @@ def test_allocation_pending_too_long_is_an_error_trial(slurm_cluster, tmp_path):
     every_cpu = ["-N2", "--ntasks-per-node=1", "-c2"]
     blocker = slurm_cluster.run("sbatch", "--parsable", *every_cpu, "-o", "/dev/null",
                                 "--wrap", "sleep 120").stdout.strip()
+    launcher = SlurmLauncher(slurm_spec(tmp_path), pending_limit_s=3)
     try:
-        launcher = SlurmLauncher(slurm_spec(tmp_path), pending_limit_s=3)
         spec = launcher.spec
         result = launcher.launch(request(spec, tmp_path, {"micro_batch": 1}))
         assert result.status == "error"
         assert result.message.startswith("slurm: allocation pending > 3 s")
         assert "Reason=" in result.message and result.gpu_seconds == 0
         assert slurm_cluster.wait_queue_empty(timeout_s=1) == [blocker]   # ours was cancelled
-        launcher.close()
     finally:
+        launcher.close()
         slurm_cluster.run("scancel", blocker)
     assert slurm_cluster.wait_queue_empty(timeout_s=60) == []
 
@@ -226,7 +230,7 @@ def test_no_allocation_again_and_again_stops_the_run(slurm_cluster, tmp_path):  
 @pytest.mark.slow
 def test_node_failure_is_an_error_trial_and_the_next_trial_gets_a_new_allocation(slurm_cluster, tmp_path, monkeypatch):  # noqa: F811
     monkeypatch.setenv("FAST_OBJECTIVE_MODE", "hang")
-    spec = slurm_spec(tmp_path)
+    spec = slurm_spec(tmp_path, timeout_s=240)   # outlasts when_step_runs' window on a loaded machine
     launcher = get_launcher(spec)
     def node_down():
         node = slurm_cluster.run("squeue", "-h", "--steps", "-o", "%N").stdout.split()[0]
@@ -264,7 +268,7 @@ def _wait_node_idle(cluster, timeout_s=20.0):
 @pytest.mark.slow
 def test_preemption_is_an_error_trial(slurm_cluster, tmp_path, monkeypatch):  # noqa: F811
     monkeypatch.setenv("FAST_OBJECTIVE_MODE", "hang")
-    spec = slurm_spec(tmp_path)
+    spec = slurm_spec(tmp_path, timeout_s=240)   # outlasts when_step_runs' window on a loaded machine
     launcher = get_launcher(spec)
     urgent = []
     when_step_runs(slurm_cluster, lambda: urgent.append(slurm_cluster.run(
