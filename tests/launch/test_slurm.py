@@ -67,13 +67,18 @@ def request(spec, tmp_path, params, number=0):
                         run_dir=tmp_path / "runs" / spec.study.name / f"trial-{number:04d}")
 
 
-def when_step_runs(cluster, action, timeout_s=150.0):
-    """Run ``action`` from a thread as soon as a trial's job step is running."""
+def when_step_runs(cluster, action, timeout_s=150.0, marker=None):
+    """Run ``action`` from a thread as soon as a trial's job step is running: squeue lists it,
+    or (``marker``) a trial process whose environment names ``marker`` runs. A slow or failed
+    squeue on a loaded machine is polled again, not the end of the watch."""
     def watch():
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            steps = cluster.run("squeue", "-h", "--steps", "-o", "%j|%T").stdout.split()
-            if any(s.startswith("trial-") for s in steps):
+            try:
+                steps = cluster.run("squeue", "-h", "--steps", "-o", "%j|%T", timeout_s=10).stdout.split()
+            except (subprocess.SubprocessError, OSError):
+                steps = []
+            if any(s.startswith("trial-") for s in steps) or (marker and trial_processes_left(marker)):
                 time.sleep(1.0)  # let torchrun start its workers
                 action()
                 return
@@ -181,7 +186,7 @@ def test_ctrl_c_leaves_no_job_and_no_process(slurm_cluster, tmp_path, monkeypatc
     spec = slurm_spec(tmp_path, timeout_s=240)   # outlasts when_step_runs' window on a loaded machine
     launcher = get_launcher(spec)
     main = threading.get_ident()
-    when_step_runs(slurm_cluster, lambda: signal.pthread_kill(main, signal.SIGINT))
+    when_step_runs(slurm_cluster, lambda: signal.pthread_kill(main, signal.SIGINT), marker=str(tmp_path))
     try:
         with pytest.raises(KeyboardInterrupt):
             launcher.launch(request(spec, tmp_path, {"micro_batch": 1}))
