@@ -186,6 +186,8 @@ def test_ctrl_c_leaves_no_job_and_no_process(slurm_cluster, tmp_path, monkeypatc
     spec = slurm_spec(tmp_path, timeout_s=240)   # outlasts when_step_runs' window on a loaded machine
     launcher = get_launcher(spec)
     main = threading.get_ident()
+    # Ctrl-C raises here even where the suite was started with SIGINT ignored (nohup, `&` in a script)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     when_step_runs(slurm_cluster, lambda: signal.pthread_kill(main, signal.SIGINT), marker=str(tmp_path))
     try:
         with pytest.raises(KeyboardInterrupt):
@@ -196,6 +198,7 @@ def test_ctrl_c_leaves_no_job_and_no_process(slurm_cluster, tmp_path, monkeypatc
             time.sleep(0.5)
         assert trial_processes_left(str(tmp_path)) == []
     finally:
+        signal.signal(signal.SIGINT, previous)
         launcher.close()  # idempotent; on a failure above, the allocation must not outlive the test
 
 

@@ -71,7 +71,10 @@ def test_each_failure_prints_its_reason_on_one_line(tmp_path):
 
 
 CHILD = textwrap.dedent("""
-    import json, os, sys, time
+    import json, os, signal, sys, time
+    # Ctrl-C raises, as in a terminal, even where the suite itself was started with SIGINT
+    # ignored (in the background of a script: nohup, `&`), which this child would inherit
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from tests.spine_helpers import fast_spec
     from pathlib import Path
     from tuner.study import RunOptions, run_study
