@@ -245,7 +245,8 @@ _thread_locks: dict[str, threading.Lock] = {}
 def _advisory_lock(engine: sqlalchemy.engine.Engine, key: int) -> Iterator[sqlalchemy.engine.Connection]:
     """A PostgreSQL session advisory lock (scoped to the database) held on its own connection,
     which it yields (AUTOCOMMIT: each statement on it commits itself)."""
-    with engine.connect() as conn:
+    conn = engine.connect()
+    try:
         conn = conn.execution_options(isolation_level="AUTOCOMMIT")  # never idle in transaction
         conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": key})
         try:
@@ -260,6 +261,22 @@ def _advisory_lock(engine: sqlalchemy.engine.Engine, key: int) -> Iterator[sqlal
                     conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
                 except _TRANSIENT:
                     pass  # the session died meanwhile and took its lock with it
+    finally:
+        _close(conn)
+
+
+def _close(conn: sqlalchemy.engine.Connection) -> None:
+    """Give the lock's connection back. Going back to the pool resets its isolation level on the
+    server; a server that went away since the last statement fails that with the driver's own
+    error, which SQLAlchemy does not wrap and no retry knows (a coordinator died of a restart
+    between the unlock and here): the connection is dropped instead, its session gone anyway."""
+    try:
+        conn.close()
+    except Exception:  # noqa: BLE001 - any failure to reset: the connection is not reused
+        try:
+            conn.invalidate()
+        except Exception:  # noqa: BLE001 - already unusable
+            pass
 
 
 @contextlib.contextmanager
