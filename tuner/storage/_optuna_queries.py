@@ -18,6 +18,7 @@ import optuna
 import sqlalchemy
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner.storage._optuna_core import trial_state_statement
 from tuner.storage._optuna_internals import (
     HeartbeatRDBStorage,
     rdb_models,
@@ -32,13 +33,14 @@ __all__ = ["trial_state", "LedgerTrial", "ledger_view", "upkeep_due", "set_finis
 
 
 def trial_state(study: optuna.Study, trial: optuna.Trial | FrozenTrial) -> TrialState:
-    """A trial's state as the storage holds it now: on an RDB storage one column of one row (a
-    ``get_trial`` reads the whole trial in six queries); elsewhere the study's storage's."""
+    """A trial's state as the storage holds it now: on an RDB storage one column of one row (the
+    statement ``HeartbeatRDBStorage.record`` checks with; a ``get_trial`` reads the whole trial);
+    elsewhere the study's storage's."""
     rdb = rdb_storage(study)
     if not isinstance(rdb, optuna.storages.RDBStorage):
         return study_storage(study).get_trial(trial_id(trial)).state
     with scoped_session(rdb) as session:
-        state = session.query(rdb_models.TrialModel.state).filter(rdb_models.TrialModel.trial_id == trial_id(trial)).scalar()
+        state = session.execute(trial_state_statement(), {"trial_id": trial_id(trial)}).scalar()
     if state is None:
         raise KeyError(f"no trial with id {trial_id(trial)}")
     return state
