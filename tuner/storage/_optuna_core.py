@@ -130,7 +130,7 @@ def _study_attrs_statement() -> Any:
 
 
 def upsert_rows(conn: Any, table: Any, trial_id_: int, key: str, rows: Mapping[Any, dict[str, Any]], *,
-            update: bool = True) -> list[Any]:
+                update: bool = True) -> list[Any]:
     """Write ``rows`` (a key's column values) of one trial: an UPDATE of the keys it holds (none
     where ``update`` is False) and one INSERT of the others; returns the keys inserted."""
     if not rows:
