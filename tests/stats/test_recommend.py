@@ -137,23 +137,36 @@ def test_ablation_rarely_calls_a_knob_without_an_effect_significant():
 
 
 def test_a_holm_significant_ablation_effect_is_listed_even_where_the_importance_missed_it():
-    """failures study 1 (stragglers): the one revert run of the placebo nccl_proto clears Holm
-    (an ablation false positive, within Holm's family-wise 5%), and the search's importance does
-    not put it above the random placebo knob. Issue 29: a Holm-significant ablation effect is
-    never dropped because the importance missed it (a three-way interaction, or a knob the search
-    stopped varying, looks exactly like this), so it is listed, with both channels side by side."""
+    """small study 0 (12 search trials, white noise): padding's revert reads 10% slower than the
+    re-measured best, past Holm, and the search's importance does not put padding above the
+    random placebo knob (12 trials cannot see a +10% knob among six). Issue 29: a
+    Holm-significant ablation effect is never dropped because the importance missed it (a
+    three-way interaction, or a knob the search stopped varying, looks exactly like this), so it
+    is listed, with both channels side by side."""
     from tuner.report import render_recipe
 
-    record, _ = build_study("failures", 1, "straggler")
-    analysis = analyze_record(record, n_boot=60, seed=1)
-    proto = next(e for e in analysis["ablation"]["knobs"] if e["knob"] == "nccl_proto")
-    assert proto["significant"]
-    assert next(d for d in analysis["importance"] if d["knob"] == "nccl_proto")["matters"] is False
-    row = next(r for r in analysis["what_matters"] if r["knob"] == "nccl_proto")
+    record, _ = build_study("small", 0, "ar1-0")
+    analysis = analyze_record(record, n_boot=60, seed=0)
+    padding = next(e for e in analysis["ablation"]["knobs"] if e["knob"] == "padding")
+    assert padding["significant"] and padding["impact"] > 0.05
+    assert next(d for d in analysis["importance"] if d["knob"] == "padding")["matters"] is False
+    row = next(r for r in analysis["what_matters"] if r["knob"] == "padding")
     assert row["source"] == "ablation" and row["evidence"] == ["ablation"]
     assert row["ablation"]["significant"] and row["importance"]["matters"] is False
     matters = render_recipe(analysis, today="2026-01-01").split("## What matters")[1].split("## Provenance")[0]
-    assert "nccl_proto" in matters and "not above a random placebo" in matters
+    assert "padding = packed" in matters and "not above a random placebo" in matters
+
+
+def test_a_revert_that_reads_faster_than_the_best_is_not_called_significant():
+    """failures study 1 (stragglers): nccl_proto (no effect) reads 27% faster reverted, two-sided
+    p 0.01, which passed Holm two-sided and listed a placebo under What matters. Read one-sided
+    (does setting it back cost throughput?) it is not significant, and not listed."""
+    record, _ = build_study("failures", 1, "straggler")
+    analysis = analyze_record(record, n_boot=60, seed=1)
+    proto = next(e for e in analysis["ablation"]["knobs"] if e["knob"] == "nccl_proto")
+    assert proto["impact"] < -0.2 and proto["p_value"] < 0.0125
+    assert not proto["significant"]
+    assert "nccl_proto" not in {r["knob"] for r in analysis["what_matters"]}
 
 
 def test_what_matters_takes_both_channels_and_says_when_neither_has_power():
@@ -202,3 +215,37 @@ def test_a_move_is_reported_as_a_move_with_the_level_it_tested():
     reverts = [e for e in analysis["ablation"]["knobs"] if not e["move"]]
     assert reverts and all(e["tested_value"] == e["baseline_value"] != e["best_value"] for e in reverts)
     assert "nccl_proto=default vs Simple (moved)" in format_summary(analysis)
+
+
+
+def test_a_knob_matters_when_its_revert_reads_slower_not_when_it_reads_faster():
+    """The ablation asks whether setting a knob back costs throughput, so Holm reads a revert
+    one-sided. Four knobs; knob a's revert reads 6.1% off the best (two re-measurements, runs with
+    a 2% se, 30 df each): its two-sided p lies between Holm's first threshold (0.05 / 4) and
+    twice it. Slower than the best, a is significant; as far off but faster, it is not; and
+    its reported p-value and CI stay two-sided either way."""
+    from tuner.stats import TrialRecord, ablation_effects
+
+    best = {"a": 1, "b": 1, "c": 1, "d": 1}
+    base = {"a": 0, "b": 0, "c": 0, "d": 0}
+
+    def run(n, params, knob=None, remeasure=None):
+        return TrialRecord(number=n, state="COMPLETE", status="ok", params=params, steps=(1.0,), value=1.0,
+                           role="ablation", ablation_knob=knob, remeasure=remeasure, ablation_round=1)
+
+    def effects(a_rate: float) -> dict:
+        trials = [run(0, best, remeasure="best"), run(1, best, remeasure="best")]
+        trials += [run(2 + i, {**best, k: 0}, knob=k) for i, k in enumerate("abcd")]
+        rates = [100.0, 100.0, a_rate, 99.0, 101.0, 100.0]
+        cis = {t.number: {"mean": r, "se": 0.02 * r, "df": 30.0} for t, r in zip(trials, rates)}
+        out = ablation_effects(trials, cis, tau2=0.0, tau_df=0, baseline_params=base)
+        assert out["multiplicity"].endswith("one-sided (the revert slower)")
+        return next(e for e in out["knobs"] if e["knob"] == "a")
+
+    slower, faster = effects(100.0 / 1.061), effects(100.0 * 1.061)
+    assert slower["impact"] > 0 > faster["impact"]
+    assert 0.05 / 4 < slower["p_value"] <= 0.1 / 4
+    assert abs(slower["p_value"] - faster["p_value"]) < 1e-12
+    assert slower["significant"] and not faster["significant"]
+    # the reported interval is the two-sided 95% one, mirrored on the log scale
+    assert abs((1 + slower["ci95"][0]) * (1 + faster["ci95"][1]) - 1) < 1e-12

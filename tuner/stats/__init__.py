@@ -20,6 +20,7 @@ from typing import Any
 # public name -> (the module that defines it, its name there)
 _EXPORTS = {
     "FLAKY_FAILURE_RATE": ("tuner.stats._failures", "FLAKY_FAILURE_RATE"),
+    "ablation_effects": ("tuner.stats._recommend", "ablation_effects"),
     "LaunchVariance": ("tuner.stats._configs", "LaunchVariance"),
     "bca_limits": ("tuner.stats._bootstrap", "bca_limits"),
     "grouped_jackknife": ("tuner.stats._bootstrap", "grouped_jackknife"),

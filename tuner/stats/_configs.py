@@ -15,8 +15,8 @@ recommended config is chosen on its re-measurements only, and its throughput and
 come from them, never from the search run that made it look best.
 
 Ablation effects (best config vs. best with one knob set back to the baseline's) are tested
-on the log ratio, with Holm's step-down correction over the knobs (Holm 1979) before any is
-called significant.
+on the log ratio, one-sided (does setting the knob back cost throughput?), with Holm's
+step-down correction over the knobs (Holm 1979) before any is called significant.
 
 Example:
     >>> est = config_estimate([{"mean": 100.0, "se": 2.0, "df": 30.0}], tau2=0.0, tau_df=0)

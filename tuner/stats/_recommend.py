@@ -183,7 +183,11 @@ def ablation_effects(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float,
                      tau2_df: float | None = None) -> dict[str, Any] | None:
     """Each knob's worth: re-measured reference / its one-knob revert (or move: ``move``, the
     level ``tested_value``) - 1, CIs with run-to-run variation, Holm-corrected significance;
-    failed runs listed (a failed revert is a failure)."""
+    failed runs listed (a failed revert is a failure).
+
+    Significance is one-sided: a knob matters as set when its revert reads *slower* than the
+    reference (half the two-sided ``p_value`` when it does, 1 - half when it reads faster),
+    Holm over the knobs at family-wise 5%. ``p_value`` and ``ci95`` stay two-sided."""
     # an extended study plans its ablation again for its new best (tuner.study): the latest round counts
     latest = max((t.ablation_round or 1 for t in trials if t.role == "ablation"), default=1)
     abl = [t for t in trials if t.role == "ablation" and t.state == "COMPLETE" and (t.ablation_round or 1) == latest]
@@ -214,8 +218,9 @@ def ablation_effects(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float,
                         # a move (tuner.study's plan_moves) tests another level where the best keeps the baseline's
                         "tested_value": t.params.get(knob), "move": t.params.get(knob) != baseline_value,
                         "impact": r["mean"] - 1, "ci95": [r["ci95"][0] - 1, r["ci95"][1] - 1],
-                        "p_value": r["p_value"], "trial": t.number})
-    for e, sig in zip(effects, holm([e["p_value"] for e in effects])):
+                        "p_value": r["p_value"], "trial": t.number,
+                        "p_slower": r["p_value"] / 2 if r["mean"] > 1 else 1 - r["p_value"] / 2})
+    for e, sig in zip(effects, holm([e.pop("p_slower") for e in effects])):
         e["significant"] = sig
     failed = [{"knob": t.ablation_knob, "status": t.status, "trial": t.number,
                "remeasure": t.ablation_knob is None}
@@ -223,7 +228,7 @@ def ablation_effects(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float,
     return {"best_remeasured": {"trial": ref_runs[0].number if ref_runs else None,
                                 "tokens_per_sec_per_gpu": _public(ref)},
             "knobs": sorted(effects, key=lambda e: -e["impact"]), "failed": failed,
-            "multiplicity": "Holm step-down over the ablated knobs, family-wise 5%"}
+            "multiplicity": "Holm step-down over the ablated knobs, family-wise 5%, one-sided (the revert slower)"}
 
 
 def what_matters(importance: Sequence[dict[str, Any]], ablation: dict[str, Any] | None) -> list[dict[str, Any]]:
