@@ -71,3 +71,21 @@ def test_a_knob_listed_from_a_move_says_which_level_it_was_measured_against(anal
     a["what_matters"][0]["ablation"] = {**channel, "impact": -0.09, "ci95": [-0.14, -0.04]}
     line = next(ln for ln in render_recipe(a).splitlines() if ln.startswith("1. **nccl_proto = LL**"))
     assert "worth +9.9% over default (a one-knob move from it) (95% CI +4.2% to +16.3%" in line
+
+
+def test_a_listed_knob_whose_revert_read_faster_says_so_not_just_not_significant(analysis):
+    """The ablation tests one side (the recommended level faster than its revert): a knob the
+    importance lists whose revert read clearly faster is not 'not significant' but evidence
+    against the recommended level, and RECIPE says so."""
+    a = copy.deepcopy(analysis)
+    a["best"]["params"]["num_workers"] = 4
+    channel = {"impact": -0.2, "ci95": [-0.3, -0.1], "p_value": 0.001, "significant": False, "move": False,
+               "best_value": 4, "tested_value": 0}
+    a["what_matters"] = [{"knob": "num_workers", "source": "importance", "total": 0.4, "ci95": [0.2, 0.6],
+                          "evidence": ["importance"], "ablation": channel,
+                          "importance": {"total": 0.4, "ci95": [0.2, 0.6], "matters": True}}]
+    line = next(ln for ln in render_recipe(a).splitlines() if ln.startswith("1. **num_workers = 4**"))
+    assert "its revert read faster than this level" in line and "not significant" not in line
+    a["what_matters"][0]["ablation"] = {**channel, "impact": 0.05, "ci95": [-0.02, 0.12], "p_value": 0.2}
+    line = next(ln for ln in render_recipe(a).splitlines() if ln.startswith("1. **num_workers = 4**"))
+    assert "not significant after Holm" in line

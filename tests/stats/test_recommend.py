@@ -158,9 +158,10 @@ def test_a_holm_significant_ablation_effect_is_listed_even_where_the_importance_
 
 
 def test_a_revert_that_reads_faster_than_the_best_is_not_called_significant():
-    """failures study 1 (stragglers): nccl_proto (no effect) reads 27% faster reverted, two-sided
-    p 0.01, which passed Holm two-sided and listed a placebo under What matters. Read one-sided
-    (does setting it back cost throughput?) it is not significant, and not listed."""
+    """failures study 1 (stragglers): the revert of nccl_proto (no effect) reads faster than the
+    best (impact -27%, two-sided p 0.01), which passed Holm two-sided and listed a placebo under
+    What matters. Read one-sided (does setting it back cost throughput?) it is not significant,
+    and not listed."""
     record, _ = build_study("failures", 1, "straggler")
     analysis = analyze_record(record, n_boot=60, seed=1)
     proto = next(e for e in analysis["ablation"]["knobs"] if e["knob"] == "nccl_proto")
@@ -217,7 +218,6 @@ def test_a_move_is_reported_as_a_move_with_the_level_it_tested():
     assert "nccl_proto=default vs Simple (moved)" in format_summary(analysis)
 
 
-
 def test_a_knob_matters_when_its_revert_reads_slower_not_when_it_reads_faster():
     """The ablation asks whether setting a knob back costs throughput, so Holm reads a revert
     one-sided. Four knobs; knob a's revert reads 6.1% off the best (two re-measurements, runs with
@@ -239,7 +239,7 @@ def test_a_knob_matters_when_its_revert_reads_slower_not_when_it_reads_faster():
         rates = [100.0, 100.0, a_rate, 99.0, 101.0, 100.0]
         cis = {t.number: {"mean": r, "se": 0.02 * r, "df": 30.0} for t, r in zip(trials, rates)}
         out = ablation_effects(trials, cis, tau2=0.0, tau_df=0, baseline_params=base)
-        assert out["multiplicity"].endswith("one-sided (the revert slower)")
+        assert "one-sided" in out["multiplicity"]
         return next(e for e in out["knobs"] if e["knob"] == "a")
 
     slower, faster = effects(100.0 / 1.061), effects(100.0 * 1.061)

@@ -254,7 +254,9 @@ def _what_matters(analysis, params) -> list[str]:
                     "above a random placebo knob's")
             if a is not None:
                 line += (f"; ablation {a['impact']:+.1%} (95% CI {a['ci95'][0]:+.1%} to {a['ci95'][1]:+.1%}), "
-                         "not significant after Holm")
+                         + ("its revert read faster than this level: no evidence this level is the better one"
+                            if a["ci95"][1] < 0 and a.get("best_value") == params.get(knob) else
+                            "not significant after Holm"))
         if knob in imp and imp[knob].get("interaction", 0) > 0.05:
             line += f"; much of it through interactions ({imp[knob]['interaction']:.2f} of the variance)"
         lines.append(line)

@@ -328,7 +328,7 @@ def format_summary(analysis: dict[str, Any]) -> str:
         lines.append(analysis["what_matters_note"])
     if analysis.get("ablation"):
         lines.append("ablation (re-measured best vs that knob at the baseline's value, or moved where the best has "
-                     "the baseline's; Holm-corrected):")
+                     "the baseline's; Holm-corrected, one-sided: significant when the revert reads slower):")
         for e in analysis["ablation"]["knobs"]:
             moved = f" vs {e['tested_value']} (moved)" if e.get("move") else ""
             lines.append(f"  {e['knob']}={e['best_value']}{moved}: {e['impact']:+.1%} [{e['ci95'][0]:+.1%}, "

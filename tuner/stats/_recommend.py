@@ -187,7 +187,10 @@ def ablation_effects(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float,
 
     Significance is one-sided: a knob matters as set when its revert reads *slower* than the
     reference (half the two-sided ``p_value`` when it does, 1 - half when it reads faster),
-    Holm over the knobs at family-wise 5%. ``p_value`` and ``ci95`` stay two-sided."""
+    Holm over the knobs at family-wise 5%. ``p_value`` and ``ci95`` stay two-sided. The side is
+    fixed before the runs, even where the runoff then chose a revert's own config: that choice
+    read the same runs, so a test on the side they chose is not a test (on bench.stats_families'
+    studies it listed knobs without an effect 1.6 times as often)."""
     # an extended study plans its ablation again for its new best (tuner.study): the latest round counts
     latest = max((t.ablation_round or 1 for t in trials if t.role == "ablation"), default=1)
     abl = [t for t in trials if t.role == "ablation" and t.state == "COMPLETE" and (t.ablation_round or 1) == latest]
