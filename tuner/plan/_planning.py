@@ -18,6 +18,7 @@ from typing import Any
 import helper
 from helper import LLAMA3_FAILURES_PER_GPU_HOUR, plan_training
 from tuner.errors import TunerError
+from tuner.model import gib
 from tuner.plan._runbook_pages import validation_banner
 
 __all__ = ["run_plan", "format_plan", "validate_plan", "proxy_spec", "format_validation", "suggest",
@@ -187,11 +188,11 @@ def validate_plan(plan: dict[str, Any], plan_args: dict[str, Any], *, out_dir: P
                      "measured": meas, "predicted": float(before), "error_pct": 100 * (before / meas - 1),
                      "refit": float(after), "refit_error_pct": 100 * (after / meas - 1),
                      "peak_mem_gib": peaks.get(m["trial"]),
-                     "predicted_mem_gib": helper.estimate_memory(
+                     "predicted_mem_gib": gib(helper.estimate_memory(
                          step_plan.shape, m["gpu_count"], sharding="zero3", micro_batch=m["micro_batch"],
                          seq_len=m["seq_len"], grad_accum=m["grad_accum"], gpu=m["gpu"],
                          activation_checkpointing=m["activation_checkpointing"],
-                         reshard_after_forward=m.get("reshard_after_forward", True))["total"] * 1e9 / 2**30})
+                         reshard_after_forward=m.get("reshard_after_forward", True))["total"])})
     residual = sorted(abs(r["refit_error_pct"]) for r in rows)[len(rows) // 2]
     proxy_gpu = raw["cluster"]["gpu"]
     same_gpu = proxy_gpu == plan["inputs"]["gpu"]

@@ -96,5 +96,5 @@ def layout_rows(study, raw_spec: Mapping[str, Any], calibrations: Mapping[str, A
                      "measured": meas, "predicted": pred["before"], "error_pct": 100 * (pred["before"] / meas - 1),
                      "refit": pred["after"], "refit_error_pct": 100 * (pred["after"] / meas - 1),
                      "peak_mem_gib": t.user_attrs.get("peak_mem_gib"),
-                     "predicted_mem_gib": tuner_model.layout_memory_gb(inputs) * 1e9 / 2**30})
+                     "predicted_mem_gib": tuner_model.gib(tuner_model.layout_memory_gb(inputs))})
     return rows

@@ -74,7 +74,7 @@ PRIOR_MEMORY_MARGIN = 1.10
 """Before any peak is measured, prune only at 10% over capacity: helper's memory model is
 within a few % of measured peaks on its validation set (docs/validation.md) but the
 caching allocator's fragmentation varies (PyTorch users see 5-15%)."""
-_GB_PER_GIB = 2**30 / 1e9
+_GB_PER_GIB = 1 / model.gib(1.0)
 NCCL_REFUSALS = 2
 """Trials that NCCL refused (an error naming NCCL) after which an (algorithm, protocol) setting
 that never ran is screened out in every config, for every sampler (one may be transient)."""
@@ -243,8 +243,8 @@ def screen(study: optuna.Study, spec: StudySpec, params: dict[str, Any], *, laun
     capacity = model.gpu_memory_gb(spec.cluster.gpu)
     low = memory_ratio_low(trials, spec)
     if pred * low > capacity:
-        reason = (f"predicted {pred * 1e9 / 2**30:.1f} GiB (stack {spec.model.stack}) x margin {low:.2f} learned "
-                  f"from this study exceeds the GPU's {capacity * 1e9 / 2**30:.1f} GiB")
+        reason = (f"predicted {model.gib(pred):.1f} GiB (stack {spec.model.stack}) x margin {low:.2f} learned "
+                  f"from this study exceeds the GPU's {model.gib(capacity):.1f} GiB")
         probe = memory_probe(trials, spec, params, probes=study.user_attrs.get(PROBES_ATTR) or [], ratio_low=low)
         if probe is None:
             return Verdict(rule="memory", reason=reason)
@@ -263,7 +263,7 @@ def screen(study: optuna.Study, spec: StudySpec, params: dict[str, Any], *, laun
                                                       "predicted_memory_gb": record["predicted_gb"]},
                             skip_if_exists=False)
         return Verdict(rule="memory", reason=reason + f"; the boundary's probe ({record['region']}, "
-                                                      f"{probe_pred * 1e9 / 2**30:.1f} GiB predicted) is queued")
+                                                      f"{model.gib(probe_pred):.1f} GiB predicted) is queued")
     mb, ckpt, accum = int(params["micro_batch"]), bool(params["activation_checkpointing"]), int(params["grad_accum"]) > 1
     for t in trials:
         if t.state != TrialState.COMPLETE or t.user_attrs.get("status") != "oom":
@@ -274,8 +274,8 @@ def screen(study: optuna.Study, spec: StudySpec, params: dict[str, Any], *, laun
                 and (not ckpt or bool(o["activation_checkpointing"])) and accum == (int(o["grad_accum"]) > 1)
                 and _row_len(params, spec) >= _row_len(o, spec)):
             return Verdict(rule="memory", reason=(f"trial {t.number} ran out of memory with no more "
-                                                  f"memory predicted ({o_pred * 1e9 / 2**30:.1f} GiB <= "
-                                                  f"{pred * 1e9 / 2**30:.1f} GiB)"))
+                                                  f"memory predicted ({model.gib(o_pred):.1f} GiB <= "
+                                                  f"{model.gib(pred):.1f} GiB)"))
     return None
 
 
