@@ -207,7 +207,7 @@ def ablation_effects(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float,
                 and config_key(t.params) == config_key(ref_params) and t.number in cis]
     ref = config_estimate([cis[t.number] for t in ref_runs], tau2=tau2, tau_df=tau_df,
                           se_scale=se_scale, tau2_df=tau2_df) if ref_runs else None
-    effects = []
+    effects, p_slower = [], []   # p_slower: each effect's one-sided p (its revert slower)
     for t in reverts:
         if t.number not in cis or ref is None:
             continue
@@ -221,9 +221,9 @@ def ablation_effects(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float,
                         # a move (tuner.study's plan_moves) tests another level where the best keeps the baseline's
                         "tested_value": t.params.get(knob), "move": t.params.get(knob) != baseline_value,
                         "impact": r["mean"] - 1, "ci95": [r["ci95"][0] - 1, r["ci95"][1] - 1],
-                        "p_value": r["p_value"], "trial": t.number,
-                        "p_slower": r["p_value"] / 2 if r["mean"] > 1 else 1 - r["p_value"] / 2})
-    for e, sig in zip(effects, holm([e.pop("p_slower") for e in effects])):
+                        "p_value": r["p_value"], "trial": t.number})
+        p_slower.append(r["p_value"] / 2 if r["mean"] > 1 else 1 - r["p_value"] / 2)
+    for e, sig in zip(effects, holm(p_slower)):
         e["significant"] = sig
     failed = [{"knob": t.ablation_knob, "status": t.status, "trial": t.number,
                "remeasure": t.ablation_knob is None}
