@@ -249,3 +249,29 @@ def test_a_knob_matters_when_its_revert_reads_slower_not_when_it_reads_faster():
     assert slower["significant"] and not faster["significant"]
     # the reported interval is the two-sided 95% one, mirrored on the log scale
     assert abs((1 + slower["ci95"][0]) * (1 + faster["ci95"][1]) - 1) < 1e-12
+
+
+def test_a_revert_measured_again_is_read_from_all_of_its_runs():
+    """A revert the runoff's stage measured again (tuner.stats' revert_replicates) is one effect
+    read from both runs: one row, both trial numbers, the mean of their logs, a narrower CI."""
+    from tuner.stats import TrialRecord, ablation_effects
+
+    best, base = {"a": 1, "b": 1}, {"a": 0, "b": 0}
+
+    def run(n, params, knob=None, remeasure=None):
+        return TrialRecord(number=n, state="COMPLETE", status="ok", params=params, steps=(1.0,), value=1.0,
+                           role="ablation", ablation_knob=knob, remeasure=remeasure, ablation_round=1)
+
+    trials = [run(0, best, remeasure="best"), run(1, best, remeasure="best"),
+              run(2, {**best, "a": 0}, knob="a"), run(3, {**best, "b": 0}, knob="b"), run(4, {**best, "a": 0}, knob="a")]
+    rates = [100.0, 100.0, 92.0, 99.0, 94.0]
+    cis = {t.number: {"mean": r, "se": 0.02 * r, "df": 30.0} for t, r in zip(trials, rates)}
+    once = ablation_effects(trials[:4], cis, tau2=0.02**2, tau_df=10, baseline_params=base)
+    twice = ablation_effects(trials, cis, tau2=0.02**2, tau_df=10, baseline_params=base)
+    assert [e["knob"] for e in twice["knobs"]] == ["a", "b"]
+    a1 = next(e for e in once["knobs"] if e["knob"] == "a")
+    a2 = next(e for e in twice["knobs"] if e["knob"] == "a")
+    assert a1["trials"] == [2] and a2["trials"] == [2, 4] and a2["trial"] == 2
+    assert abs(a2["impact"] - (100.0 / (92.0 * 94.0) ** 0.5 - 1)) < 1e-12
+    assert a2["ci95"][1] - a2["ci95"][0] < a1["ci95"][1] - a1["ci95"][0]
+    assert a2["p_value"] < a1["p_value"]

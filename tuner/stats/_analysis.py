@@ -331,8 +331,10 @@ def format_summary(analysis: dict[str, Any]) -> str:
                      "the baseline's; Holm-corrected, one-sided: significant when the revert reads slower):")
         for e in analysis["ablation"]["knobs"]:
             moved = f" vs {e['tested_value']} (moved)" if e.get("move") else ""
+            runs = len(e.get("trials") or ())   # a revert measured again (tuner.stats' revert_replicates)
             lines.append(f"  {e['knob']}={e['best_value']}{moved}: {e['impact']:+.1%} [{e['ci95'][0]:+.1%}, "
-                         f"{e['ci95'][1]:+.1%}]" + ("  significant" if e["significant"] else ""))
+                         f"{e['ci95'][1]:+.1%}]" + (f" ({runs} runs)" if runs > 1 else "")
+                         + ("  significant" if e["significant"] else ""))
         for f in analysis["ablation"]["failed"]:
             lines.append(f"  {'re-measurement' if f['remeasure'] else f['knob']}: trial {f['trial']} {f['status']}")
     return "\n".join(lines)

@@ -183,7 +183,9 @@ def ablation_effects(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float,
                      tau2_df: float | None = None) -> dict[str, Any] | None:
     """Each knob's worth: re-measured reference / its one-knob revert (or move: ``move``, the
     level ``tested_value``) - 1, CIs with run-to-run variation, Holm-corrected significance;
-    failed runs listed (a failed revert is a failure).
+    failed runs listed (a failed revert is a failure). A revert measured more than once (the
+    runoff's stage measures undecided slowdowns again: tuner.stats' ``revert_replicates``) is
+    read from all of its runs (``trials``; ``trial`` is its first).
 
     Significance is one-sided: a knob matters as set when its revert reads *slower* than the
     reference (half the two-sided ``p_value`` when it does, 1 - half when it reads faster),
@@ -207,11 +209,17 @@ def ablation_effects(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float,
                 and config_key(t.params) == config_key(ref_params) and t.number in cis]
     ref = config_estimate([cis[t.number] for t in ref_runs], tau2=tau2, tau_df=tau_df,
                           se_scale=se_scale, tau2_df=tau2_df) if ref_runs else None
-    effects, p_slower = [], []   # p_slower: each effect's one-sided p (its revert slower)
+    # a revert measured again (tuner.stats' revert_replicates) is read from all of its runs
+    by_revert: dict[tuple[str, str], list[TrialRecord]] = {}
     for t in reverts:
-        if t.number not in cis or ref is None:
+        if t.number in cis:
+            by_revert.setdefault((t.ablation_knob, config_key(t.params)), []).append(t)
+    effects, p_slower = [], []   # p_slower: each effect's one-sided p (its revert slower)
+    for runs in by_revert.values():
+        t = runs[0]
+        if ref is None:
             continue
-        r = ratio_estimate(ref, config_estimate([cis[t.number]], tau2=tau2, tau_df=tau_df,
+        r = ratio_estimate(ref, config_estimate([cis[u.number] for u in runs], tau2=tau2, tau_df=tau_df,
                                                 se_scale=se_scale, tau2_df=tau2_df))
         if r is None:
             continue
@@ -221,7 +229,7 @@ def ablation_effects(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float,
                         # a move (tuner.study's plan_moves) tests another level where the best keeps the baseline's
                         "tested_value": t.params.get(knob), "move": t.params.get(knob) != baseline_value,
                         "impact": r["mean"] - 1, "ci95": [r["ci95"][0] - 1, r["ci95"][1] - 1],
-                        "p_value": r["p_value"], "trial": t.number})
+                        "p_value": r["p_value"], "trial": t.number, "trials": [u.number for u in runs]})
         p_slower.append(r["p_value"] / 2 if r["mean"] > 1 else 1 - r["p_value"] / 2)
     for e, sig in zip(effects, holm(p_slower)):
         e["significant"] = sig

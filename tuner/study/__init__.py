@@ -17,6 +17,7 @@ from tuner.study._ablation import (
     plan_ablation_once,
     plan_moves,
     plan_runs,
+    replicate_runs,
     shortlist,
 )
 from tuner.study._admission import (
@@ -99,6 +100,7 @@ __all__ = [
     "plan_ablation",
     "plan_ablation_once",
     "plan_moves",
+    "replicate_runs",
     "runoff_waits",
     "plan_runs",
     "preflight",

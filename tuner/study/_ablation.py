@@ -40,6 +40,7 @@ from tuner.stats import (
     knob_importance,
     level_failures,
     pick_finalists,
+    revert_replicates,
     round_estimates,
     runoff_rounds,
     smoothed_values,
@@ -56,6 +57,7 @@ __all__ = [
     "apply_ablation_plan",
     "AblationPlan",
     "runoff_runs",
+    "replicate_runs",
     "shortlist",
     "n_candidates",
     "N_CANDIDATES",
@@ -261,8 +263,12 @@ def ablation_plan(study_attrs: Mapping[str, Any], spec: StudySpec, trials: Seque
         runoff: tuple = ()
         if full and limit_gpu_seconds:  # what is left is the budget ledger's (tuner.budget), not a re-count
             left = budget.ledger_from_trials(trials, limit_gpu_seconds).left_gpu_seconds
-            runoff = tuple(runoff_runs(trial_records(trials), spec, budget_gpu_seconds=min(share - spent, left),
-                                       full_run_gpu_seconds=full[len(full) // 2], worker_params=worker_params))
+            records, full_run = trial_records(trials), full[len(full) // 2]
+            runoff = tuple(runoff_runs(records, spec, budget_gpu_seconds=min(share - spent, left),
+                                       full_run_gpu_seconds=full_run, worker_params=worker_params))
+            # what the share still affords measures the undecided slowdowns again (tuner.stats)
+            runoff += tuple(replicate_runs(records, budget_gpu_seconds=min(share - spent, left) - len(runoff) * full_run,
+                                           full_run_gpu_seconds=full_run, resident=spec.trial.resident))
         return AblationPlan(for_state=state, runs=runoff, stage=2, planned=True)
     base = next((t for t in trials if t.user_attrs.get("role") == "baseline"
                  and t.state == TrialState.COMPLETE and t.user_attrs.get("status") == "ok"), None)
@@ -316,6 +322,29 @@ def plan_ablation_once(study: optuna.Study, spec: StudySpec, trials: Sequence[op
     plan = ablation_plan(study.user_attrs, spec, trials, limit_gpu_seconds=limit_gpu_seconds,
                          worker_params=worker_params)
     return bool(apply_ablation_plan(study, plan))
+
+
+def replicate_runs(trials: Sequence[Any], *, budget_gpu_seconds: float, full_run_gpu_seconds: float,
+                   resident: bool = False) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(params, user attrs) of the latest round's reverts measured again (TrialRecords in):
+    tuner.stats.revert_replicates' picks, each with its revert's user attrs
+    (``ablation_knob``, ``ablation_move``) and ``ablation_replicate``, so the analysis reads the
+    knob from all of its runs. Round by round with cold launches; a revert's runs back to back
+    on a resident worker (``resident``), as the runoff orders its finalists'."""
+    by_number = {t.number: t for t in trials}
+    picks = revert_replicates(trials, budget_gpu_seconds=budget_gpu_seconds, full_run_gpu_seconds=full_run_gpu_seconds)
+    if resident:
+        first = {}
+        for i, r in enumerate(picks):
+            first.setdefault(r["trial"], i)
+        picks.sort(key=lambda r: first[r["trial"]])   # stable: each revert's runs together, in its first's place
+    runs = []
+    for r in picks:
+        first = by_number[r["trial"]]
+        attrs = {"role": "ablation", "ablation_of": first.ablation_of, "ablation_round": first.ablation_round or 1,
+                 "ablation_knob": r["knob"], "ablation_replicate": True}
+        runs.append((r["params"], {**attrs, "ablation_move": True} if r["move"] else attrs))
+    return runs
 
 
 def runoff_runs(trials: Sequence[Any], spec: StudySpec, *, budget_gpu_seconds: float, full_run_gpu_seconds: float,
