@@ -7,11 +7,14 @@ measured steps leaves it with a +-50% interval. So a knob worth 10-15% is often 
 slowdown that Holm's correction cannot call (docs/benchmarks.md: issue 29's `small` family,
 where every missed large effect had been ablated and read slower, not significant).
 
-Once the runoff is planned, what the ablation share still affords measures those reverts again,
-one run each, in the order of their one-sided p-values (the most nearly decided first). A revert
-that read *faster* than the best is not one: it is a finalist of the runoff, which measures it
-again already. The analysis then reads each knob from all of its revert's runs
-(tuner.stats' ``ablation_effects``).
+Once the runoff is planned, what the ablation share still affords measures again those that
+read at least :data:`MIN_SLOWDOWN` slower: in rounds, each once a round in the order of their
+one-sided p-values (the most nearly decided first), up to :data:`MAX_REPLICATES` more runs each.
+A revert that read *faster* than the best is not one: it is a finalist of the runoff, which
+measures it again already. The analysis then reads each knob from all of its revert's runs
+(tuner.stats' ``ablation_effects``). The decision to measure more reads the first run, so the
+final test is a second look: knobs without an effect are listed a little more often (on
+bench.stats_families, 94 of 4,800 pairs against 80; docs/statistics.md, section 2).
 
 Pure functions over TrialRecords; the admission's ``ablation_plan`` (tuner.study) calls
 :func:`revert_replicates` in the runoff's stage.

@@ -243,8 +243,9 @@ def ablation_plan(study_attrs: Mapping[str, Any], spec: StudySpec, trials: Seque
     re-measured, so the recommendation is still chosen on fresh runs, not on the search's
     luckiest one. ``limit_gpu_seconds`` (the study's budget) sizes the candidates
     (:func:`n_candidates`) and, in stage 2, once stage 1's runs are done, the runoff
-    (:func:`runoff_runs`: the finalists measured again on what the ablation share left). Then
-    the round is planned (study attr ``ablation_planned``). ``worker_params``: the config the
+    (:func:`runoff_runs`: the finalists measured again on what the ablation share left) and,
+    with what it leaves, the undecided slowdowns' reverts measured again (:func:`replicate_runs`).
+    Then the round is planned (study attr ``ablation_planned``). ``worker_params``: the config the
     resident worker last ran, where the runoff's order starts.
     """
     state = (study_attrs.get("ablation_planned"), study_attrs.get("ablation_stage"))
@@ -260,16 +261,16 @@ def ablation_plan(study_attrs: Mapping[str, Any], spec: StudySpec, trials: Seque
         spent = sum(float(t.user_attrs.get("gpu_seconds") or 0.0) for t in runs)
         full = sorted(float(t.user_attrs.get("gpu_seconds") or 0.0) for t in runs
                       if t.user_attrs.get("status") == "ok" and t.user_attrs.get("ablation_knob") is None)
-        runoff: tuple = ()
+        stage2: tuple = ()
         if full and limit_gpu_seconds:  # what is left is the budget ledger's (tuner.budget), not a re-count
             left = budget.ledger_from_trials(trials, limit_gpu_seconds).left_gpu_seconds
-            records, full_run = trial_records(trials), full[len(full) // 2]
-            runoff = tuple(runoff_runs(records, spec, budget_gpu_seconds=min(share - spent, left),
+            records, full_run, affordable = trial_records(trials), full[len(full) // 2], min(share - spent, left)
+            stage2 = tuple(runoff_runs(records, spec, budget_gpu_seconds=affordable,
                                        full_run_gpu_seconds=full_run, worker_params=worker_params))
             # what the share still affords measures the undecided slowdowns again (tuner.stats)
-            runoff += tuple(replicate_runs(records, budget_gpu_seconds=min(share - spent, left) - len(runoff) * full_run,
+            stage2 += tuple(replicate_runs(records, budget_gpu_seconds=affordable - len(stage2) * full_run,
                                            full_run_gpu_seconds=full_run, resident=spec.trial.resident))
-        return AblationPlan(for_state=state, runs=runoff, stage=2, planned=True)
+        return AblationPlan(for_state=state, runs=stage2, stage=2, planned=True)
     base = next((t for t in trials if t.user_attrs.get("role") == "baseline"
                  and t.state == TrialState.COMPLETE and t.user_attrs.get("status") == "ok"), None)
     ok = [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("status") == "ok"
@@ -334,14 +335,14 @@ def replicate_runs(trials: Sequence[Any], *, budget_gpu_seconds: float, full_run
     by_number = {t.number: t for t in trials}
     picks = revert_replicates(trials, budget_gpu_seconds=budget_gpu_seconds, full_run_gpu_seconds=full_run_gpu_seconds)
     if resident:
-        first = {}
+        place: dict[int, int] = {}
         for i, r in enumerate(picks):
-            first.setdefault(r["trial"], i)
-        picks.sort(key=lambda r: first[r["trial"]])   # stable: each revert's runs together, in its first's place
+            place.setdefault(r["trial"], i)
+        picks.sort(key=lambda r: place[r["trial"]])   # stable: each revert's runs together, in its first's place
     runs = []
     for r in picks:
-        first = by_number[r["trial"]]
-        attrs = {"role": "ablation", "ablation_of": first.ablation_of, "ablation_round": first.ablation_round or 1,
+        revert = by_number[r["trial"]]
+        attrs = {"role": "ablation", "ablation_of": revert.ablation_of, "ablation_round": revert.ablation_round or 1,
                  "ablation_knob": r["knob"], "ablation_replicate": True}
         runs.append((r["params"], {**attrs, "ablation_move": True} if r["move"] else attrs))
     return runs
