@@ -36,8 +36,8 @@ from tuner.budget import charged_gpu_seconds
 from tuner.measurement import batch_means_ci
 from tuner.stats._budget_use import budget_use, budget_use_line
 from tuner.stats._configs import TAU_PRIOR_DF, TAU_PRIOR_SD, run_variance
-from tuner.stats._diagnostics import drift_check, noise_diagnostics
-from tuner.stats._drift import drift_corrected
+from tuner.stats._diagnostics import noise_diagnostics
+from tuner.stats._drift import run_cis
 from tuner.stats._failures import FAILURE_STATUSES, level_failures
 from tuner.stats._importance import N_BOOT, knob_importance
 from tuner.stats._recommend import ablation_effects, recommend, what_matters, what_matters_power
@@ -161,10 +161,7 @@ def analyze_record(record: StudyRecord, *, n_boot: int = N_BOOT, seed: int = 0) 
     finished = [t for t in trials if t.state in ("COMPLETE", "FAIL", "PRUNED") and t.status not in ("skipped", "repeat")]
     ok = [t for t in trials if t.status == "ok"]
 
-    cis, noise = trial_cis(trials)
-    drift_model = None
-    if drift_check(trials, cis)["flagged"]:   # the steps do not read the long run: each run's plateau instead
-        cis, drift_model = drift_corrected(trials, cis)
+    cis, noise, drift_model = run_cis(trials)   # each run's plateau where the steps drift (tuner.stats)
     launch = run_variance(trials, cis)
     tau2, tau_df = launch.as_tuple()
     levels = level_failures(trials, knobs)

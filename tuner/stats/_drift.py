@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DriftFit", "drift_fit", "drift_corrected", "TAU_GRID", "LR_CUT"]
+__all__ = ["DriftFit", "drift_fit", "drift_corrected", "run_cis", "TAU_GRID", "LR_CUT"]
 
 TAU_GRID = (0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 64.0)
 """Candidate settling times, in steps."""
@@ -168,3 +168,17 @@ def drift_corrected(trials: Sequence[Any], cis: dict[int, dict[str, Any]]) -> tu
         out[number] = {**ci, "mean": mean, "se": new_rel_se * mean,
                        "ci95": [mean * (1 - q * new_rel_se), mean * (1 + q * new_rel_se)], "drift_shift": shift}
     return out, fit
+
+
+def run_cis(trials: Sequence[Any]) -> tuple[dict[int, dict[str, Any]], Any, DriftFit | None]:
+    """(every ok run's CI, the pooled noise model, the drift fit or None) as the analysis reads
+    them: tuner.stats.trial_cis, moved to each run's plateau where the drift check flags the
+    study (:func:`drift_corrected`). The ablation's planning reads the runs the same way."""
+    from tuner.stats._diagnostics import drift_check
+    from tuner.stats._trial_ci import trial_cis
+
+    cis, noise = trial_cis(trials)
+    if drift_check(trials, cis)["flagged"]:   # the steps do not read the long run: each run's plateau instead
+        corrected, fit = drift_corrected(trials, cis)
+        return corrected, noise, fit
+    return cis, noise, None

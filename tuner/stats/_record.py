@@ -11,7 +11,7 @@ from optuna.trial import TrialState
 
 __all__ = ["TrialRecord", "StudyRecord", "study_record", "trial_records", "trial_status", "ROLE_ATTRS"]
 
-ROLE_ATTRS = ("role", "ablation_knob", "ablation_of", "ablation_round", "remeasure")
+ROLE_ATTRS = ("role", "ablation_knob", "ablation_of", "ablation_round", "remeasure", "ablation_move", "ablation_replicate")
 """The user attrs that say why a queued trial runs; its retry and a recovered copy keep them
 (a runoff run retried without `remeasure` would no longer count as the runoff's)."""
 

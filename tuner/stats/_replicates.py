@@ -11,10 +11,11 @@ Once the runoff is planned, what the ablation share still affords measures again
 read at least :data:`MIN_SLOWDOWN` slower: in rounds, each once a round in the order of their
 one-sided p-values (the most nearly decided first), up to :data:`MAX_REPLICATES` more runs each.
 A revert that read *faster* than the best is not one: it is a finalist of the runoff, which
-measures it again already. The analysis then reads each knob from all of its revert's runs
-(tuner.stats' ``ablation_effects``). The decision to measure more reads the first run, so the
-final test is a second look: knobs without an effect are listed a little more often (on
-bench.stats_families, 94 of 4,800 pairs against 80; docs/statistics.md, section 2).
+measures it again already; nor is a slower one the runoff measures as a finalist. The
+analysis then reads each knob from all of its revert's runs (tuner.stats'
+``ablation_effects``). The decision to measure more reads the first run, so the final test is
+a second look: knobs without an effect are listed a little more often (docs/statistics.md,
+section 2).
 
 Pure functions over TrialRecords; the admission's ``ablation_plan`` (tuner.study) calls
 :func:`revert_replicates` in the runoff's stage.
@@ -22,13 +23,14 @@ Pure functions over TrialRecords; the admission's ``ablation_plan`` (tuner.study
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from tuner.stats._configs import run_variance
+from tuner.stats._drift import run_cis
+from tuner.stats._failures import config_key
 from tuner.stats._recommend import ablation_effects
 from tuner.stats._record import TrialRecord
-from tuner.stats._trial_ci import trial_cis
 
 __all__ = ["undecided_slowdowns", "revert_replicates", "MIN_SLOWDOWN", "MAX_REPLICATES"]
 
@@ -36,8 +38,7 @@ MAX_REPLICATES = 3
 """More runs of one revert at most: with its first, four, as the runoff gives a finalist
 (tuner.stats' MAX_ROUNDS). Round by round, each undecided revert once a round, so that drift
 over the stage hits them alike; the budget ends the list. On bench.stats_families' `small`
-family, up to three each found 352 of 400 large effects where one each found 340
-(docs/benchmarks.md)."""
+family, up to three each found more of the large effects than one each (docs/benchmarks.md)."""
 
 MIN_SLOWDOWN = 0.01
 """A revert that reads less than 1% slower than the best is not measured again: the resolution
@@ -54,7 +55,7 @@ def undecided_slowdowns(trials: Sequence[TrialRecord]) -> list[dict[str, Any]]:
         >>> undecided_slowdowns([])
         []
     """
-    cis, _ = trial_cis(trials)
+    cis, _, _ = run_cis(trials)   # as the analysis reads them, drift corrected where flagged
     launch = run_variance(trials, cis)
     base = next((t for t in trials if t.role == "baseline" and t.status == "ok"), None)
     effects = ablation_effects(trials, cis, tau2=launch.tau2, tau_df=launch.df,
@@ -65,12 +66,14 @@ def undecided_slowdowns(trials: Sequence[TrialRecord]) -> list[dict[str, Any]]:
 
 
 def revert_replicates(trials: Sequence[TrialRecord], *, budget_gpu_seconds: float,
-                      full_run_gpu_seconds: float) -> list[dict[str, Any]]:
+                      full_run_gpu_seconds: float, runoff_configs: Collection[str] = ()) -> list[dict[str, Any]]:
     """More runs of the :func:`undecided_slowdowns` reverts, in rounds (each once a round, most
     nearly decided first, at most :data:`MAX_REPLICATES` rounds), as many as
     ``budget_gpu_seconds`` affords at ``full_run_gpu_seconds`` a run: ``{"knob", "params",
     "move", "trial"}`` each, the params of the revert's first run (``trial``) and whether it is
-    a move.
+    a move. A revert whose config the runoff measures again (``runoff_configs``: config keys,
+    tuner.stats' ``config_key``) is left out: a revert that reads a little slower can be a
+    finalist, and two stages would measure one config twice over.
 
     Example:
         >>> revert_replicates([], budget_gpu_seconds=1e6, full_run_gpu_seconds=1e3)
@@ -79,7 +82,8 @@ def revert_replicates(trials: Sequence[TrialRecord], *, budget_gpu_seconds: floa
     if full_run_gpu_seconds <= 0 or budget_gpu_seconds < full_run_gpu_seconds:
         return []
     by_number = {t.number: t for t in trials}
-    undecided = undecided_slowdowns(trials)
+    undecided = [e for e in undecided_slowdowns(trials)
+                 if config_key(by_number[e["trial"]].params) not in set(runoff_configs)]
     rounds = [e for _ in range(MAX_REPLICATES) for e in undecided][:int(budget_gpu_seconds // full_run_gpu_seconds)]
     return [{"knob": e["knob"], "params": dict(by_number[e["trial"]].params), "move": bool(e["move"]),
              "trial": e["trial"]} for e in rounds]

@@ -22,7 +22,7 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -269,7 +269,8 @@ def ablation_plan(study_attrs: Mapping[str, Any], spec: StudySpec, trials: Seque
                                        full_run_gpu_seconds=full_run, worker_params=worker_params))
             # what the share still affords measures the undecided slowdowns again (tuner.stats)
             stage2 += tuple(replicate_runs(records, budget_gpu_seconds=affordable - len(stage2) * full_run,
-                                           full_run_gpu_seconds=full_run, resident=spec.trial.resident))
+                                           full_run_gpu_seconds=full_run, resident=spec.trial.resident,
+                                           runoff_configs={config_key(p) for p, _ in stage2}))
         return AblationPlan(for_state=state, runs=stage2, stage=2, planned=True)
     base = next((t for t in trials if t.user_attrs.get("role") == "baseline"
                  and t.state == TrialState.COMPLETE and t.user_attrs.get("status") == "ok"), None)
@@ -326,14 +327,16 @@ def plan_ablation_once(study: optuna.Study, spec: StudySpec, trials: Sequence[op
 
 
 def replicate_runs(trials: Sequence[Any], *, budget_gpu_seconds: float, full_run_gpu_seconds: float,
-                   resident: bool = False) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+                   resident: bool = False, runoff_configs: Collection[str] = ()) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """(params, user attrs) of the latest round's reverts measured again (TrialRecords in):
     tuner.stats.revert_replicates' picks, each with its revert's user attrs
     (``ablation_knob``, ``ablation_move``) and ``ablation_replicate``, so the analysis reads the
-    knob from all of its runs. Round by round with cold launches; a revert's runs back to back
-    on a resident worker (``resident``), as the runoff orders its finalists'."""
+    knob from all of its runs; none of a config the runoff measures (``runoff_configs``).
+    Round by round with cold launches; a revert's runs back to back on a resident worker
+    (``resident``)."""
     by_number = {t.number: t for t in trials}
-    picks = revert_replicates(trials, budget_gpu_seconds=budget_gpu_seconds, full_run_gpu_seconds=full_run_gpu_seconds)
+    picks = revert_replicates(trials, budget_gpu_seconds=budget_gpu_seconds, full_run_gpu_seconds=full_run_gpu_seconds,
+                              runoff_configs=runoff_configs)
     if resident:
         place: dict[int, int] = {}
         for i, r in enumerate(picks):
