@@ -51,6 +51,9 @@ from typing import Any
 
 import numpy as np
 
+from tuner.stats._diagnostics import drift_check
+from tuner.stats._trial_ci import trial_cis
+
 __all__ = ["DriftFit", "drift_fit", "drift_corrected", "run_cis", "TAU_GRID", "LR_CUT"]
 
 TAU_GRID = (0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 64.0)
@@ -174,9 +177,6 @@ def run_cis(trials: Sequence[Any]) -> tuple[dict[int, dict[str, Any]], Any, Drif
     """(every ok run's CI, the pooled noise model, the drift fit or None) as the analysis reads
     them: tuner.stats.trial_cis, moved to each run's plateau where the drift check flags the
     study (:func:`drift_corrected`). The ablation's planning reads the runs the same way."""
-    from tuner.stats._diagnostics import drift_check
-    from tuner.stats._trial_ci import trial_cis
-
     cis, noise = trial_cis(trials)
     if drift_check(trials, cis)["flagged"]:   # the steps do not read the long run: each run's plateau instead
         corrected, fit = drift_corrected(trials, cis)

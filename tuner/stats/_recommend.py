@@ -212,13 +212,11 @@ def ablation_effects(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float,
     # a revert measured again (tuner.stats' revert_replicates) is read from all of its runs
     by_revert: dict[tuple[str, str], list[TrialRecord]] = {}
     for t in reverts:
-        if t.number in cis:
+        if t.number in cis and ref is not None:
             by_revert.setdefault((t.ablation_knob, config_key(t.params)), []).append(t)
     effects, p_slower = [], []   # p_slower: each effect's one-sided p (its revert slower)
     for runs in by_revert.values():
         t = runs[0]
-        if ref is None:
-            continue
         r = ratio_estimate(ref, config_estimate([cis[u.number] for u in runs], tau2=tau2, tau_df=tau_df,
                                                 se_scale=se_scale, tau2_df=tau2_df))
         if r is None:

@@ -81,9 +81,8 @@ def revert_replicates(trials: Sequence[TrialRecord], *, budget_gpu_seconds: floa
     """
     if full_run_gpu_seconds <= 0 or budget_gpu_seconds < full_run_gpu_seconds:
         return []
-    by_number = {t.number: t for t in trials}
-    undecided = [e for e in undecided_slowdowns(trials)
-                 if config_key(by_number[e["trial"]].params) not in set(runoff_configs)]
+    by_number, skip = {t.number: t for t in trials}, set(runoff_configs)
+    undecided = [e for e in undecided_slowdowns(trials) if config_key(by_number[e["trial"]].params) not in skip]
     rounds = [e for _ in range(MAX_REPLICATES) for e in undecided][:int(budget_gpu_seconds // full_run_gpu_seconds)]
     return [{"knob": e["knob"], "params": dict(by_number[e["trial"]].params), "move": bool(e["move"]),
              "trial": e["trial"]} for e in rounds]
