@@ -56,3 +56,43 @@ def test_the_analysis_states_its_estimand_and_the_correction_it_made():
     assert drift["flagged"] and drift["correction"]["amplitude"] == pytest.approx(0.1, abs=0.04)
     assert "plateau" in drift["meaning"] and "long-run rate" in analysis["method"]["estimand"]
     assert analysis["trials"][0]["tokens_per_sec_per_gpu"]["mean"] == pytest.approx(1000.0, rel=0.04)
+
+
+def test_each_launchs_own_drift_widens_its_run_and_a_common_one_does_not():
+    # a per launch scattered +-25 % (uniform: sd 0.144 a): the runs' own slopes scatter beyond
+    # their noise by that much; with every launch at the same a, by nothing
+    scattered = drift_fit([(np.arange(8), np.log(t.steps)) for t in study(np.random.default_rng(4), amplitude=0.12,
+                                                                          runs=200)])
+    assert 0.5 * 0.144 * 0.12 < scattered.amplitude_launch_sd < 1.6 * 0.144 * 0.12
+    same = []
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        e, rates = 0.0, []
+        for t in range(8):
+            e = 0.5 * e + math.sqrt(1 - 0.25) * rng.normal(0, 0.02)
+            rates.append(math.log(1000.0 * (1 + 0.12 * math.exp(-t / 4))) + e)
+        same.append((np.arange(8), np.array(rates)))
+    assert drift_fit(same).amplitude_launch_sd < 0.3 * 0.144 * 0.12
+    t = np.arange(8)
+    assert scattered.shift_sd(t) > scattered.shared_shift_sd(t)
+
+
+def test_the_fits_own_error_is_shared_by_every_run_and_cancels_in_a_ratio():
+    from tuner.stats import SHARED_SE, config_estimate, ratio_estimate
+
+    rng = np.random.default_rng(6)
+    falling = study(rng, amplitude=0.09)
+    moved, fit = drift_corrected(falling, trial_cis(falling)[0])
+    shared = moved[0][SHARED_SE]
+    assert 0 < shared == pytest.approx(fit.shared_shift_sd(np.arange(8))) and shared < moved[0]["se"] / moved[0]["mean"]
+    one = config_estimate([moved[0]], tau2=0.0, tau_df=0)
+    many = config_estimate([moved[n] for n in range(0, 60, 3)], tau2=0.0, tau_df=0)
+    # twenty runs average their own errors away, not the fit's
+    own_one = one["log_var"] - shared**2
+    assert shared**2 + own_one / 40 < many["log_var"] < shared**2 + own_one / 10
+    # two configs moved by the same fit: their ratio carries their own errors only
+    other = config_estimate([moved[n] for n in range(1, 60, 3)], tau2=0.0, tau_df=0)
+    ratio = ratio_estimate(many, other)
+    own = many["log_var"] - shared**2 + other["log_var"] - other["shared_sd"] ** 2
+    half = math.log(ratio["ci95"][1] / ratio["mean"])
+    assert half == pytest.approx(1.96 * math.sqrt(own), rel=0.1)

@@ -36,7 +36,7 @@ from tuner.stats._failures import config_key
 from tuner.stats._record import TrialRecord
 
 __all__ = ["run_to_run_variance", "config_estimate", "ratio_estimate", "holm", "run_groups", "RunCIs", "CONFIDENCE",
-           "LaunchVariance", "launch_variance", "run_variance", "TAU_PRIOR_SD", "TAU_PRIOR_DF"]
+           "LaunchVariance", "launch_variance", "run_variance", "TAU_PRIOR_SD", "TAU_PRIOR_DF", "SHARED_SE"]
 
 CONFIDENCE = 0.95
 TAU_PRIOR_SD = 0.02
@@ -66,6 +66,17 @@ def run_to_run_variance(groups: Sequence[Sequence[dict[str, Any]]]) -> tuple[flo
     return max(0.0, v_obs - s2), df
 
 
+SHARED_SE = "drift_shared_rel_se"
+"""A run CI's key for the part of its relative se that every run of the study shares (the
+pooled drift fit's error: tuner.stats): it does not average away over a config's runs, does not
+show in their spread, and cancels where two configs' runs are compared."""
+
+
+def _own_rel_var(run: dict[str, Any]) -> float:
+    """A run's relative se^2 less the part it shares with the study's other runs (:data:`SHARED_SE`)."""
+    return max(0.0, (run["se"] / run["mean"]) ** 2 - float(run.get(SHARED_SE) or 0.0) ** 2)
+
+
 def _pooled_spread(groups: Sequence[Sequence[dict[str, Any]]]) -> tuple[float, float, int]:
     """(V, s2, df) over the configs run more than once: V the pooled variance of a config's
     log-scale run means about their mean, s2 the runs' mean squared relative error."""
@@ -77,7 +88,7 @@ def _pooled_spread(groups: Sequence[Sequence[dict[str, Any]]]) -> tuple[float, f
         m = sum(logs) / len(logs)
         q += sum((v - m) ** 2 for v in logs)
         df += len(runs) - 1
-        within += [(r["se"] / r["mean"]) ** 2 for r in runs]
+        within += [_own_rel_var(r) for r in runs]
     if df == 0:
         return 0.0, 0.0, 0
     return q / df, sum(within) / len(within), df
@@ -90,7 +101,9 @@ def config_estimate(runs: Sequence[dict[str, Any]], *, tau2: float, tau_df: int,
     A run's log variance is ``se_scale`` x its own relative se^2 (conditional on its launch) plus
     ``tau2``, the launch-to-launch variance (:func:`launch_variance`). ``tau2`` is known to
     ``tau2_df`` degrees of freedom in the Satterthwaite sum (:attr:`LaunchVariance.tau2_df`;
-    default ``tau_df``, which also bounds a scaled se's)."""
+    default ``tau_df``, which also bounds a scaled se's). The part of the runs' se that every run
+    of the study shares (:data:`SHARED_SE`, the drift fit's) counts once, undivided by the runs,
+    as a known variance (``shared_sd``: :func:`ratio_estimate` cancels it between two configs)."""
     from scipy import stats
 
     runs = [r for r in runs if r and r["mean"] > 0]
@@ -98,7 +111,8 @@ def config_estimate(runs: Sequence[dict[str, Any]], *, tau2: float, tau_df: int,
         return None
     m = len(runs)
     logs = [math.log(r["mean"]) for r in runs]
-    rel = [se_scale * (r["se"] / r["mean"]) ** 2 for r in runs]
+    rel = [se_scale * _own_rel_var(r) for r in runs]
+    shared_sd = sum(float(r.get(SHARED_SE) or 0.0) for r in runs) / m
     log_mean = sum(logs) / m
     # the variance's parts: each run's own se^2 (independent), and two estimates shared by
     # every config read with the same launch variance (the launch part, tau2; the scale on the
@@ -113,13 +127,14 @@ def config_estimate(runs: Sequence[dict[str, Any]], *, tau2: float, tau_df: int,
         shared["launch"] = (tau2 / m, max(tau_df, 1.0) if tau2_df is None else max(tau2_df, 1e-9), tau2)
     if se_scale != 1.0:   # a scaled se is known only as well as the scale: the re-measurements' df
         shared["scale"] = (sum(p for p, _ in own), max(tau_df, 1.0), se_scale)
-    log_var = sum(p for p, _ in own) + (shared["launch"][0] if "launch" in shared else 0.0)
+    log_var = sum(p for p, _ in own) + (shared["launch"][0] if "launch" in shared else 0.0) + shared_sd**2
     own_term = sum(p**2 / d for p, d in own)
     df = log_var**2 / (own_term + sum(v**2 / d for v, d, _ in shared.values())) if log_var > 0 else math.inf
     half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, df)) * math.sqrt(log_var)
     mean = math.exp(log_mean)
     return {"mean": mean, "ci95": [mean * math.exp(-half), mean * math.exp(half)], "log_mean": log_mean,
-            "log_var": log_var, "df": df, "n_runs": m, "parts": {"own_df_term": own_term, "shared": shared}}
+            "log_var": log_var, "df": df, "n_runs": m, "shared_sd": shared_sd,
+            "parts": {"own_df_term": own_term, "shared": shared}}
 
 
 def ratio_estimate(num: dict[str, Any] | None, den: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -135,7 +150,9 @@ def ratio_estimate(num: dict[str, Any] | None, den: dict[str, Any] | None) -> di
 
     if not num or not den:
         return None
-    var = num["log_var"] + den["log_var"]
+    # the study-wide error (SHARED_SE) moves both configs' means: it cancels but for the
+    # difference of their runs' shares of it
+    var = max(0.0, num["log_var"] + den["log_var"] - 2 * num.get("shared_sd", 0.0) * den.get("shared_sd", 0.0))
     log_ratio = num["log_mean"] - den["log_mean"]
     ratio = math.exp(log_ratio)
     if var <= 0:

@@ -23,14 +23,20 @@ shared by the study's runs (one cluster, one thermal behaviour), each run its ow
   their lag-1 autocorrelation ``phi`` as (1 - phi) / (1 + phi)) gives its own plateau; their
   range, read as +-1.96 sd, is added to each run's variance, with the slope's own variance
   (``var(a)``, the same discount).
+- A launch's own ``a`` scatters about the pooled one (one run throttles harder than the next),
+  and moving that run by the pooled ``a`` leaves its own part in its plateau: an error that its
+  steps cannot average away. Each run's own slope ``a_i`` at the best ``tau`` estimates it, and
+  the spread of the ``a_i`` beyond their sampling variance (the DerSimonian-Laird moment over
+  runs) is the launch-to-launch sd of ``a``; ``g_i`` x that sd (``g_i`` the mean of
+  ``exp(-t / tau)`` over the run's measured steps) is added to each run's variance too. Without
+  it the moved runs' CIs covered their launch's own plateau in 0.89 of drift studies' runs
+  (docs/statistics.md, section 6).
 - ``phi`` is the lag-1 autocorrelation of the fit's residuals, bias-corrected for the run
   means removed (a drifting series makes the
   study's pooled AR(1) model read a trend as phi near 1, and its per-run se with it): a moved
   run's se is the fit's residual variance over its steps, discounted the same way.
 
-The estimand is stated in analysis.json: the long-run (plateau) rate of a full job. A launch's
-own ``a`` scatters about the pooled one; that part shows as launch-to-launch variance in
-re-measured configs (tuner.stats' tau^2).
+The estimand is stated in analysis.json: the long-run (plateau) rate of a full job.
 
 Example:
     >>> import numpy as np
@@ -51,6 +57,7 @@ from typing import Any
 
 import numpy as np
 
+from tuner.stats._configs import SHARED_SE
 from tuner.stats._diagnostics import drift_check
 from tuner.stats._trial_ci import trial_cis
 
@@ -78,6 +85,8 @@ class DriftFit:
     residual_var: float
     """The steps' log variance about the fit (per step, before the autocorrelation discount)."""
     n_runs: int
+    amplitude_launch_sd: float = 0.0
+    """The sd of a launch's own ``a`` about the pooled one, at the best ``tau`` (the module doc)."""
 
     def run_se(self, n_steps: int) -> float:
         """A run's relative se under the fitted noise: the residual variance over its steps,
@@ -90,8 +99,17 @@ class DriftFit:
         return self.amplitude * float(np.mean(np.exp(-np.asarray(t, float) / self.tau_steps)))
 
     def shift_sd(self, t: np.ndarray) -> float:
-        """The sd of :meth:`shift`: the slope's own, and the spread of the plateaus the settling
-        times in range give (their range as +-1.96 sd)."""
+        """The sd of :meth:`shift` as the run's plateau error: the fit's own
+        (:meth:`shared_shift_sd`) and the launch's own ``a`` about the pooled one
+        (:attr:`amplitude_launch_sd`)."""
+        g = float(np.mean(np.exp(-np.asarray(t, float) / self.tau_steps)))
+        return math.sqrt(self.shared_shift_sd(t) ** 2 + (g * self.amplitude_launch_sd) ** 2)
+
+    def shared_shift_sd(self, t: np.ndarray) -> float:
+        """The part of :meth:`shift_sd` that comes from the one fit every run is moved by: the
+        slope's own sd and the spread of the plateaus the settling times in range give (their
+        range as +-1.96 sd). It moves every run of the study the same way: it does not average
+        away over a config's runs, and cancels between two configs (tuner.stats.SHARED_SE)."""
         t = np.asarray(t, float)
         shifts = [a * float(np.mean(np.exp(-t / tau))) for tau, a in self.amplitudes]
         g = float(np.mean(np.exp(-t / self.tau_steps)))
@@ -100,7 +118,8 @@ class DriftFit:
 
     def as_dict(self) -> dict[str, Any]:
         return {"amplitude": self.amplitude, "amplitude_se": self.amplitude_se, "tau_steps": self.tau_steps,
-                "tau_range_steps": list(self.tau_range), "residual_phi": self.residual_phi, "n_runs": self.n_runs}
+                "tau_range_steps": list(self.tau_range), "amplitude_launch_sd": self.amplitude_launch_sd,
+                "residual_phi": self.residual_phi, "n_runs": self.n_runs}
 
 
 def drift_fit(runs: Sequence[tuple[np.ndarray, np.ndarray]], *, taus: Sequence[float] = TAU_GRID) -> DriftFit | None:
@@ -137,7 +156,63 @@ def drift_fit(runs: Sequence[tuple[np.ndarray, np.ndarray]], *, taus: Sequence[f
     var_a = sse / dof / sxx / discount
     return DriftFit(amplitude=a, amplitude_se=math.sqrt(var_a), tau_steps=tau,
                     tau_range=(min(k[0] for k in kept), max(k[0] for k in kept)), amplitudes=tuple(kept),
-                    residual_phi=phi, residual_var=sse / dof, n_runs=len(runs))
+                    residual_phi=phi, residual_var=sse / dof, n_runs=len(runs),
+                    amplitude_launch_sd=_launch_sd(runs, tau))
+
+
+_PHI_GRID = np.linspace(0.0, 0.95, 96)
+
+
+def _launch_sd(runs: Sequence[tuple[np.ndarray, np.ndarray]], tau: float) -> float:
+    """The sd of the runs' own slopes on ``exp(-t / tau)`` beyond their sampling variance: the
+    DerSimonian-Laird moment estimator over runs, 0 where they scatter no more than their
+    noise. Under AR(1) steps a slope's sampling variance is sigma^2 g'Rg / (g'g)^2, ``g`` the
+    run's centred regressor, R_jk = phi^|j - k|. Both are read from the residuals about each
+    run's own mean and slope, r = Q e with Q = M - P (M the centring, P the projection on
+    ``g``), by moments that count what Q takes away: sum r'r = sigma^2 sum tr(Q R), and phi
+    where the residuals' lag-1 products over their squares match tr(Q R Q L) / tr(Q R) (L the
+    lag-1 pairs). Over 8 steps the usual lag-1 estimate reads phi 0.5 as about 0.4, the
+    mean's discount (1 + phi) / (1 - phi) misstates a slope's variance 1.9x at phi 0.5, and
+    either reads a scatter where there is none or hides one."""
+    parts = []   # (t, slope, residuals, Q, sxx, g)
+    for t, y in runs:
+        g = np.exp(-t / tau)
+        g = g - g.mean()
+        sxx = float(g @ g)
+        if sxx <= 1e-12:
+            continue
+        yc = y - y.mean()
+        a = float(g @ yc) / sxx
+        q = np.eye(len(t)) - 1.0 / len(t) - np.outer(g, g) / sxx
+        parts.append((t, a, yc - a * g, q, sxx, g))
+    if len(parts) < _MIN_RUNS:
+        return 0.0
+    lag1 = sum(float(r[1:] @ r[:-1]) for _, _, r, _, _, _ in parts)
+    squares = sum(float(r @ r) for _, _, r, _, _, _ in parts)
+    cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}   # runs of one length share their traces
+
+    def traces(t: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        key = tuple(np.round(t, 6))
+        if key not in cache:
+            lags = np.abs(np.subtract.outer(t, t))
+            pairs = np.eye(len(t), k=1)
+            corr = _PHI_GRID[:, None, None] ** lags[None]
+            qrq = q @ corr @ q
+            cache[key] = (np.einsum("ij,pji->p", q, corr), np.einsum("pij,ji->p", qrq, pairs))
+        return cache[key]
+
+    tr_qr, tr_lag = np.zeros(len(_PHI_GRID)), np.zeros(len(_PHI_GRID))
+    for t, _, _, q, _, _ in parts:
+        a, b = traces(t, q)
+        tr_qr, tr_lag = tr_qr + a, tr_lag + b
+    k = int(np.argmin(np.abs(tr_lag / tr_qr - lag1 / max(squares, 1e-300))))
+    phi, sigma2 = float(_PHI_GRID[k]), squares / float(tr_qr[k])
+    slopes = np.array([a for _, a, _, _, _, _ in parts])
+    variances = np.array([sigma2 * float(g @ (phi ** np.abs(np.subtract.outer(t, t))) @ g) / sxx**2
+                          for t, _, _, _, sxx, g in parts])
+    w = 1.0 / variances
+    q_stat = float(w @ (slopes - (w @ slopes) / w.sum()) ** 2)
+    return math.sqrt(max(0.0, (q_stat - (len(slopes) - 1)) / (w.sum() - (w @ w) / w.sum())))
 
 
 def drift_corrected(trials: Sequence[Any], cis: dict[int, dict[str, Any]]) -> tuple[dict[int, dict[str, Any]],
@@ -169,7 +244,8 @@ def drift_corrected(trials: Sequence[Any], cis: dict[int, dict[str, Any]]) -> tu
         q = (ci["ci95"][1] - ci["mean"]) / ci["se"] if ci["se"] > 0 else 1.96   # the CI's t quantile
         mean = ci["mean"] * factor
         out[number] = {**ci, "mean": mean, "se": new_rel_se * mean,
-                       "ci95": [mean * (1 - q * new_rel_se), mean * (1 + q * new_rel_se)], "drift_shift": shift}
+                       "ci95": [mean * (1 - q * new_rel_se), mean * (1 + q * new_rel_se)], "drift_shift": shift,
+                       SHARED_SE: fit.shared_shift_sd(t)}
     return out, fit
 
 
