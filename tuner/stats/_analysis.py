@@ -161,7 +161,8 @@ def analyze_record(record: StudyRecord, *, n_boot: int = N_BOOT, seed: int = 0) 
     finished = [t for t in trials if t.state in ("COMPLETE", "FAIL", "PRUNED") and t.status not in ("skipped", "repeat")]
     ok = [t for t in trials if t.status == "ok"]
 
-    cis, noise, drift_model = run_cis(trials)   # each run's plateau where the steps drift (tuner.stats)
+    # each run's plateau where the steps drift, its steady steps where it stalls (tuner.stats)
+    cis, noise, drift_model, stall_model = run_cis(trials)
     launch = run_variance(trials, cis)
     tau2, tau_df = launch.as_tuple()
     levels = level_failures(trials, knobs)
@@ -194,7 +195,7 @@ def analyze_record(record: StudyRecord, *, n_boot: int = N_BOOT, seed: int = 0) 
         "top_knobs": [d["knob"] for d in importance if d["total"] is not None][:3],
         "what_matters": what_matters(importance, ablation),
         "what_matters_note": what_matters_power(importance, ablation, importance_model),
-        "noise_diagnostics": noise_diagnostics(trials, cis, noise, launch, drift_model),
+        "noise_diagnostics": noise_diagnostics(trials, cis, noise, launch, drift_model, stall_model),
         "failure_rates": levels,
         "marginal_effects": marginal_effects(trials, knobs, levels), "ablation": ablation,
         "noise_model": None if noise is None else {
@@ -210,7 +211,9 @@ def analyze_record(record: StudyRecord, *, n_boot: int = N_BOOT, seed: int = 0) 
                     "startup_share": startup_share([t]),
                     "message": t.message or None,
                     "predicted_tokens_per_sec_per_gpu": t.predicted_tokens_per_sec_per_gpu,
-                    "tokens_per_sec_per_gpu": _public(cis.get(t.number)) if t.status == "ok" else None,
+                    # about its launch: a run read on its steady steps keeps its own stalls here
+                    "tokens_per_sec_per_gpu": _public((cis.get(t.number) or {}).get("launch") or cis.get(t.number))
+                    if t.status == "ok" else None,
                     "n_eff": (cis.get(t.number) or {}).get("n_eff"),
                     "warmup_steps_dropped": (cis.get(t.number) or {}).get("warmup_steps_dropped")}
                    for t in finished],
@@ -221,7 +224,11 @@ def analyze_record(record: StudyRecord, *, n_boot: int = N_BOOT, seed: int = 0) 
                    "estimand": "the long-run rate of a full job: the measured steps' tokens over time, or, where the "
                                "drift check flags a rate that falls or rises inside runs, each run's plateau under a "
                                "pooled exponential fit, its CI widened by the settling times the steps cannot tell "
-                               "apart (noise_diagnostics.drift.correction)",
+                               "apart (noise_diagnostics.drift.correction); where the stalls check flags steps far "
+                               "slower than the rest and they cost every config alike, configs are compared on each "
+                               "run's steady steps over the study's pooled stall overhead, which keeps the stalls in "
+                               "the long-run rate (noise_diagnostics.stalls.correction; per-trial numbers keep their "
+                               "launch's own stalls)",
                    "config_ci": "config-level: a run's log variance is its own se^2 (x run_se_scale) plus the "
                                 "launch-to-launch tau^2, from re-measured configs combined with a stated prior "
                                 f"({TAU_PRIOR_SD:.0%} sd worth {TAU_PRIOR_DF} df); t-interval on the log mean of the "

@@ -66,10 +66,11 @@ def run_to_run_variance(groups: Sequence[Sequence[dict[str, Any]]]) -> tuple[flo
     return max(0.0, v_obs - s2), df
 
 
-SHARED_SE = "drift_shared_rel_se"
+SHARED_SE = "shared_rel_se"
 """A run CI's key for the part of its relative se that every run of the study shares (the
-pooled drift fit's error: tuner.stats): it does not average away over a config's runs, does not
-show in their spread, and cancels where two configs' runs are compared."""
+pooled drift fit's error, the pooled stall overhead's: tuner.stats): it does not average
+away over a config's runs, does not show in their spread, and cancels where two configs' runs
+are compared."""
 
 
 def _own_rel_var(run: dict[str, Any]) -> float:
@@ -102,7 +103,7 @@ def config_estimate(runs: Sequence[dict[str, Any]], *, tau2: float, tau_df: int,
     ``tau2``, the launch-to-launch variance (:func:`launch_variance`). ``tau2`` is known to
     ``tau2_df`` degrees of freedom in the Satterthwaite sum (:attr:`LaunchVariance.tau2_df`;
     default ``tau_df``, which also bounds a scaled se's). The part of the runs' se that every run
-    of the study shares (:data:`SHARED_SE`, the drift fit's) counts once, undivided by the runs,
+    of the study shares (:data:`SHARED_SE`) counts once, undivided by the runs,
     as a known variance (``shared_sd``: :func:`ratio_estimate` cancels it between two configs)."""
     from scipy import stats
 

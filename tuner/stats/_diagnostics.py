@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["noise_diagnostics", "drift_check", "PHI_BOUND", "ALPHA"]
+__all__ = ["noise_diagnostics", "drift_check", "stall_check", "PHI_BOUND", "ALPHA"]
 
 PHI_BOUND = 0.965
 """The pooled phi counts as at the bound from here (tuner.stats' grid ends at 0.97)."""
@@ -109,7 +109,7 @@ def _stalls(series: Sequence[np.ndarray]) -> dict[str, Any]:
         robust_sd = 1.4826 * float(np.median(np.abs(resid - np.median(resid))))
         cut = max(math.log(STALL_FACTOR), STALL_ROBUST_SDS * robust_sd)
         share = float(np.mean(resid < -cut))
-        out.update(slow_step_share=share, flagged=bool(share >= STALL_SHARE))
+        out.update(slow_step_share=share, flagged=bool(share >= STALL_SHARE), log_cut=cut)
     out["meaning"] = ("a share of steps runs far slower than the rest (stalls or bimodal steps), which the AR(1) "
                       "model takes for white noise: per-run CIs are too wide; config-level CIs use the re-measured "
                       "runs' own spread")
@@ -137,16 +137,23 @@ def _spread(launch: Any, cis: dict[int, dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def stall_check(trials: Sequence[Any], cis: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """The stalls check alone (the module doc), with ``log_cut``: a step is a stall where its log
+    rate is that far below its run's median step (tuner.stats reads the steady steps apart)."""
+    return _stalls(_series(trials, cis))
+
+
 def drift_check(trials: Sequence[Any], cis: dict[int, dict[str, Any]]) -> dict[str, Any]:
     """The drift check alone (the module doc): whether tuner.stats moves runs to their plateau."""
     return _drift(_series(trials, cis))
 
 
 def noise_diagnostics(trials: Sequence[Any], cis: dict[int, dict[str, Any]], noise: Any,
-                      launch: Any, drift_model: Any = None) -> dict[str, dict[str, Any]]:
+                      launch: Any, drift_model: Any = None, stall_model: Any = None) -> dict[str, dict[str, Any]]:
     """The four checks of the module doc: trials (TrialRecords), each ok run's CI
     (tuner.stats.trial_cis), the pooled noise model and the study's LaunchVariance.
-    ``drift_model``: the plateau fit (tuner.stats' DriftFit) the numbers were corrected by."""
+    ``drift_model``: the plateau fit (tuner.stats' DriftFit) the numbers were corrected by;
+    ``stall_model``: the stall fit (tuner.stats' StallFit), applied unless its guard refused."""
     series = _series(trials, cis)
     drift = _drift(series)
     if drift_model is not None:
@@ -158,5 +165,14 @@ def noise_diagnostics(trials: Sequence[Any], cis: dict[int, dict[str, Any]], noi
                              "the steps, and the CIs carry the plateaus they imply"
                              + ("; runs this short cannot say where the drift ends: longer trials (measure_steps) "
                                 "narrow it" if hi >= 4 * drift_model.tau_steps else ""))
-    return {"phi_at_bound": _phi(noise), "drift": drift, "stalls": _stalls(series),
+    stalls = _stalls(series)
+    if stall_model is not None:
+        stalls["correction"] = stall_model.as_dict()
+        guard = stall_model.guard
+        stalls["meaning"] += (f"; the stalls follow {guard['knob']} (p = {guard['p_value']:.2g}): each run keeps "
+                              "its own, and per-run CIs stay wide" if guard["refused"] else
+                              f"; corrected: configs are compared on their steady steps, and the stalls' cost "
+                              f"(x{stall_model.overhead:.3f} step time over the study) is pooled into every "
+                              "config's long-run rate")
+    return {"phi_at_bound": _phi(noise), "drift": drift, "stalls": stalls,
             "replication_spread": _spread(launch, cis)}

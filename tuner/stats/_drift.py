@@ -249,12 +249,17 @@ def drift_corrected(trials: Sequence[Any], cis: dict[int, dict[str, Any]]) -> tu
     return out, fit
 
 
-def run_cis(trials: Sequence[Any]) -> tuple[dict[int, dict[str, Any]], Any, DriftFit | None]:
-    """(every ok run's CI, the pooled noise model, the drift fit or None) as the analysis reads
-    them: tuner.stats.trial_cis, moved to each run's plateau where the drift check flags the
-    study (:func:`drift_corrected`). The ablation's planning reads the runs the same way."""
+def run_cis(trials: Sequence[Any]) -> tuple[dict[int, dict[str, Any]], Any, DriftFit | None, Any]:
+    """(every ok run's CI, the pooled noise model, the drift fit or None, the stall fit or None)
+    as the analysis reads them: tuner.stats.trial_cis, moved to each run's plateau where the
+    drift check flags the study (:func:`drift_corrected`), else read on their steady steps where
+    the stalls check flags it and the stalls cost every config alike (tuner.stats'
+    ``stall_corrected``). The ablation's planning reads the runs the same way."""
+    from tuner.stats._stalls import stall_corrected
+
     cis, noise = trial_cis(trials)
     if drift_check(trials, cis)["flagged"]:   # the steps do not read the long run: each run's plateau instead
         corrected, fit = drift_corrected(trials, cis)
-        return corrected, noise, fit
-    return cis, noise, None
+        return corrected, noise, fit, None
+    corrected, stalls = stall_corrected(trials, cis)
+    return corrected, noise, None, stalls

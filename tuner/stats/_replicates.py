@@ -55,7 +55,7 @@ def undecided_slowdowns(trials: Sequence[TrialRecord]) -> list[dict[str, Any]]:
         >>> undecided_slowdowns([])
         []
     """
-    cis, _, _ = run_cis(trials)   # as the analysis reads them, drift corrected where flagged
+    cis, _, _, _ = run_cis(trials)   # as the analysis reads them, drift or stall corrected where flagged
     launch = run_variance(trials, cis)
     base = next((t for t in trials if t.role == "baseline" and t.status == "ok"), None)
     effects = ablation_effects(trials, cis, tau2=launch.tau2, tau_df=launch.df,

@@ -29,8 +29,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tuner.stats._configs import config_estimate, run_variance
+from tuner.stats._drift import run_cis
 from tuner.stats._failures import attempts_by_config, config_failure, config_key, failure_model, level_failures
-from tuner.stats._trial_ci import trial_cis
 
 __all__ = ["FINALISTS", "MAX_ROUNDS", "MIN_SURROGATE_SD", "RUNOFF", "posterior", "surrogate_spread",
            "ranked_remeasured", "pick_finalists", "runoff_rounds", "round_estimates"]
@@ -144,8 +144,9 @@ def runoff_rounds(budget_gpu_seconds: float, full_run_gpu_seconds: float, finali
 
 def round_estimates(trials, knobs: Sequence[str], round_: int) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
     """(config key -> config_estimate of the round's re-measurements, config key -> params),
-    flaky configs left out."""
-    cis, _ = trial_cis(trials)
+    flaky configs left out. The runs are read as the analysis reads them (drift or stall
+    corrected where flagged: tuner.stats' ``run_cis``)."""
+    cis = run_cis(trials)[0]
     lv = run_variance(trials, cis)
     levels, model = level_failures(trials, knobs), failure_model(trials, knobs)
     attempts = attempts_by_config(trials)
