@@ -100,3 +100,17 @@ def test_a_ratio_of_two_configs_counts_their_shared_launch_variance_once():
     runs = [{"mean": 1000.0 * (1 + 0.01 * i), "se": 50.0, "df": 1e6} for i in range(3)]
     scaled = config_estimate(runs, tau2=0.0, tau_df=5, se_scale=0.2)
     assert scaled["df"] == pytest.approx(5.0, rel=1e-3)
+
+
+def test_an_error_every_run_shares_counts_once_in_a_config_and_cancels_in_a_ratio():
+    from tuner.stats import SHARED_SE, config_estimate, ratio_estimate
+
+    run = {"mean": 100.0, "se": 5.0, "df": 30.0, SHARED_SE: 0.03}   # 5 % in all, 3 % of it shared
+    one = config_estimate([run] * 4, tau2=0.0, tau_df=0)
+    assert one["log_var"] == pytest.approx((0.05**2 - 0.03**2) / 4 + 0.03**2)
+    other = config_estimate([{**run, "mean": 110.0, "se": 5.5}] * 4, tau2=0.0, tau_df=0)
+    ratio = ratio_estimate(other, one)
+    half = math.log(ratio["ci95"][1] / ratio["mean"])
+    from scipy import stats
+    df = 0.0008**2 / (8 * (0.0016 / 16) ** 2 / 30)   # the runs' own parts only: 8 of 1e-4, 30 df each
+    assert half == pytest.approx(float(stats.t.ppf(0.975, df)) * math.sqrt(2 * (0.05**2 - 0.03**2) / 4), rel=1e-6)

@@ -57,6 +57,7 @@ from typing import Any
 
 import numpy as np
 
+from tuner.stats._ar1_moments import ar1_moments, correlation, residual_part
 from tuner.stats._configs import SHARED_SE
 from tuner.stats._diagnostics import drift_check
 from tuner.stats._trial_ci import trial_cis
@@ -160,59 +161,34 @@ def drift_fit(runs: Sequence[tuple[np.ndarray, np.ndarray]], *, taus: Sequence[f
                     amplitude_launch_sd=_launch_sd(runs, tau))
 
 
-_PHI_GRID = np.linspace(0.0, 0.95, 96)
-
-
 def _launch_sd(runs: Sequence[tuple[np.ndarray, np.ndarray]], tau: float) -> float:
     """The sd of the runs' own slopes on ``exp(-t / tau)`` beyond their sampling variance: the
     DerSimonian-Laird moment estimator over runs, 0 where they scatter no more than their
-    noise. Under AR(1) steps a slope's sampling variance is sigma^2 g'Rg / (g'g)^2, ``g`` the
-    run's centred regressor, R_jk = phi^|j - k|. Both are read from the residuals about each
-    run's own mean and slope, r = Q e with Q = M - P (M the centring, P the projection on
-    ``g``), by moments that count what Q takes away: sum r'r = sigma^2 sum tr(Q R), and phi
-    where the residuals' lag-1 products over their squares match tr(Q R Q L) / tr(Q R) (L the
-    lag-1 pairs). Over 8 steps the usual lag-1 estimate reads phi 0.5 as about 0.4, the
-    mean's discount (1 + phi) / (1 - phi) misstates a slope's variance 1.9x at phi 0.5, and
-    either reads a scatter where there is none or hides one."""
-    parts = []   # (t, slope, residuals, Q, sxx, g)
+    noise. A slope's sampling variance under AR(1) steps is sigma^2 g'Rg / (g'g)^2 (``g`` the
+    run's centred regressor, R_jk = phi^|j - k|), phi and sigma^2 read from the residuals about
+    each run's own mean and slope by moments that count what those fits take away
+    (tuner.stats' ``ar1_moments``). Over 8 steps the usual lag-1 estimate reads phi 0.5 as
+    about 0.4, and the mean's discount (1 + phi) / (1 - phi) misstates a slope's variance 1.9x:
+    either reads a scatter where there is none, or hides one."""
+    parts, slopes, leverages = [], [], []
     for t, y in runs:
         g = np.exp(-t / tau)
         g = g - g.mean()
         sxx = float(g @ g)
         if sxx <= 1e-12:
             continue
-        yc = y - y.mean()
-        a = float(g @ yc) / sxx
-        q = np.eye(len(t)) - 1.0 / len(t) - np.outer(g, g) / sxx
-        parts.append((t, a, yc - a * g, q, sxx, g))
-    if len(parts) < _MIN_RUNS:
+        parts.append(residual_part(t, y, g))
+        slopes.append(float(g @ (y - y.mean())) / sxx)
+        leverages.append((t, g, sxx))
+    if len(slopes) < _MIN_RUNS:
         return 0.0
-    lag1 = sum(float(r[1:] @ r[:-1]) for _, _, r, _, _, _ in parts)
-    squares = sum(float(r @ r) for _, _, r, _, _, _ in parts)
-    cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}   # runs of one length share their traces
-
-    def traces(t: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        key = tuple(np.round(t, 6))
-        if key not in cache:
-            lags = np.abs(np.subtract.outer(t, t))
-            pairs = np.eye(len(t), k=1)
-            corr = _PHI_GRID[:, None, None] ** lags[None]
-            qrq = q @ corr @ q
-            cache[key] = (np.einsum("ij,pji->p", q, corr), np.einsum("pij,ji->p", qrq, pairs))
-        return cache[key]
-
-    tr_qr, tr_lag = np.zeros(len(_PHI_GRID)), np.zeros(len(_PHI_GRID))
-    for t, _, _, q, _, _ in parts:
-        a, b = traces(t, q)
-        tr_qr, tr_lag = tr_qr + a, tr_lag + b
-    k = int(np.argmin(np.abs(tr_lag / tr_qr - lag1 / max(squares, 1e-300))))
-    phi, sigma2 = float(_PHI_GRID[k]), squares / float(tr_qr[k])
-    slopes = np.array([a for _, a, _, _, _, _ in parts])
-    variances = np.array([sigma2 * float(g @ (phi ** np.abs(np.subtract.outer(t, t))) @ g) / sxx**2
-                          for t, _, _, _, sxx, g in parts])
-    w = 1.0 / variances
-    q_stat = float(w @ (slopes - (w @ slopes) / w.sum()) ** 2)
-    return math.sqrt(max(0.0, (q_stat - (len(slopes) - 1)) / (w.sum() - (w @ w) / w.sum())))
+    phi, sigma2 = ar1_moments(parts)
+    if sigma2 <= 0:
+        return 0.0
+    a = np.asarray(slopes)
+    w = 1.0 / np.array([sigma2 * float(g @ correlation(t, phi) @ g) / sxx**2 for t, g, sxx in leverages])
+    q = float(w @ (a - (w @ a) / w.sum()) ** 2)
+    return math.sqrt(max(0.0, (q - (len(a) - 1)) / (w.sum() - (w @ w) / w.sum())))
 
 
 def drift_corrected(trials: Sequence[Any], cis: dict[int, dict[str, Any]]) -> tuple[dict[int, dict[str, Any]],

@@ -103,10 +103,13 @@ def ranked_remeasured(estimates: Mapping[str, dict[str, Any]], surrogate: Mappin
         >>> [k for k, _ in ranked_remeasured(est, {})]
         ['b', 'a']
     """
-    pairs = {k: (math.log(surrogate[k]), e["log_mean"], e["log_var"]) for k, e in estimates.items()
+    # the configs are compared: an error every run of the study shares (tuner.stats.SHARED_SE)
+    # moves them all alike and separates none
+    var = {k: max(e["log_var"] - e.get("shared_sd", 0.0) ** 2, 1e-12) for k, e in estimates.items()}
+    pairs = {k: (math.log(surrogate[k]), e["log_mean"], var[k]) for k, e in estimates.items()
              if surrogate.get(k, 0.0) > 0}
     offset, prior_var = surrogate_spread(list(pairs.values()))
-    scores = {k: posterior(pairs[k][0] + offset if k in pairs else None, prior_var, e["log_mean"], e["log_var"])
+    scores = {k: posterior(pairs[k][0] + offset if k in pairs else None, prior_var, e["log_mean"], var[k])
               for k, e in estimates.items()}
     return sorted(scores.items(), key=lambda kv: -kv[1])
 

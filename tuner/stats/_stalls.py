@@ -13,13 +13,16 @@ its tokens over time on its steady steps (the steps not flagged as stalls, by th
 cut), over the study's stall overhead ``O``: the mean over runs of a run's mean step time
 over its steady steps' mean step time. ``O`` is one estimate shared by every run (its log se
 is marked tuner.stats ``SHARED_SE``: counted once in a config's interval, cancelled between two
-configs); a run's own se is its steady steps' AR(1) noise (their pooled sd and lag-1
-correlation, the stall steps left out).
+configs); a run's own se is its steady steps' AR(1) noise (phi and sigma^2 read from their
+residuals about each run's steady mean, at the steps' own indices, by tuner.stats'
+``ar1_moments``; the exact variance of a mean of AR(1) steps). Runs too short to read (under 4
+steps, or under 3 steady ones) keep their plain CI.
 
 **The guard.** Stalls that some knob causes (no DataLoader workers starving every few
 steps) are a real effect on throughput, and pooling them would hide it. So each knob's levels
-are compared in their runs' log overhead (one-way ANOVA over the levels with at least two
-runs); where any knob's p, times the number of knobs tested, is under :data:`GUARD_ALPHA`,
+are compared in their runs' log overhead (one-way ANOVA over its levels, a level run once
+included, and a knob a run does not set counted as a level of its own); where any knob's p,
+times the number of knobs tested, is under :data:`GUARD_ALPHA`,
 the study is read with the plain means (every run's stalls its own) and the check says which
 knob the stalls follow.
 
@@ -51,6 +54,7 @@ from typing import Any
 
 import numpy as np
 
+from tuner.stats._ar1_moments import ar1_moments, correlation, residual_part
 from tuner.stats._configs import SHARED_SE
 from tuner.stats._diagnostics import stall_check
 
@@ -71,7 +75,7 @@ class StallFit:
     steady_rel_sd: float
     """The steady steps' pooled log sd about their run's steady mean."""
     steady_phi: float
-    """Their lag-1 correlation (consecutive steady steps; bias-corrected for the run means)."""
+    """Their AR(1) coefficient (tuner.stats' ``ar1_moments``)."""
     stall_step_share: float
     n_runs: int
     guard: dict[str, Any]
@@ -103,14 +107,17 @@ def _runs(trials: Sequence[Any], cis: dict[int, dict[str, Any]], cut: float) -> 
 def _guard(runs: list[tuple[Any, np.ndarray, np.ndarray]], log_overhead: np.ndarray) -> dict[str, Any]:
     from scipy import stats
 
+    knobs = sorted({k for t, _, _ in runs for k in t.params})
     by_knob: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for (t, _, _), lo in zip(runs, log_overhead):
-        for knob, value in t.params.items():
-            by_knob[knob][repr(value)].append(float(lo))
+        for knob in knobs:   # a knob a run does not set (inactive) is a level of its own
+            by_knob[knob][repr(t.params.get(knob, "<unset>"))].append(float(lo))
     tested = {}
     for knob, levels in by_knob.items():
-        groups = [v for v in levels.values() if len(v) >= 2]
-        if len(groups) >= 2 and any(np.ptp(g) > 0 for g in groups):
+        # a level run once is compared too (a rarely visited slow level is where a knob's stalls
+        # hide): the other levels' spread is the yardstick
+        groups = list(levels.values())
+        if len(groups) >= 2 and any(len(g) >= 2 and np.ptp(g) > 0 for g in groups):
             tested[knob] = float(stats.f_oneway(*groups).pvalue)
     if not tested:
         return {"refused": False, "knob": None, "p_value": None}
@@ -130,35 +137,27 @@ def stall_corrected(trials: Sequence[Any], cis: dict[int, dict[str, Any]]) -> tu
     runs = _runs(trials, cis, check["log_cut"])
     if len(runs) < _MIN_RUNS:
         return cis, None
-    overheads, resid, lag_pairs, steady_n = [], [], 0.0, []
+    overheads, parts = [], []
     for _, y, stall in runs:
         time = np.exp(-y)   # a step's time per token, up to a constant
         overheads.append(float(time.mean() / time[~stall].mean()))
-        steady = y[~stall]
-        e = steady - steady.mean()
-        resid.append(e)
-        idx = np.flatnonzero(~stall)
-        consecutive = np.diff(idx) == 1   # lag pairs of steady steps with no stall between
-        lag_pairs += float((e[1:] * e[:-1])[consecutive].sum())
-        steady_n.append(len(steady))
+        # the steady steps at their own indices: a stall between two leaves a gap in the AR(1) chain
+        parts.append(residual_part(np.flatnonzero(~stall), y[~stall]))
     o = np.asarray(overheads)
     overhead = float(o.mean())
     log_se = float(o.std(ddof=1) / math.sqrt(len(o)) / overhead)
-    ss = float(sum(float(e @ e) for e in resid))
-    var = ss / max(1, sum(n - 1 for n in steady_n))
-    raw_phi = lag_pairs / ss if ss > 0 else 0.0
-    phi = float(np.clip(raw_phi + (1 + 3 * raw_phi) / float(np.mean(steady_n)), 0.0, 0.9))
+    phi, var = ar1_moments(parts)
     guard = _guard(runs, np.log(o))
     fit = StallFit(overhead=overhead, overhead_log_se=log_se, steady_rel_sd=math.sqrt(var), steady_phi=phi,
                    stall_step_share=float(check["slow_step_share"]), n_runs=len(runs), guard=guard)
     if guard["refused"]:
         return cis, fit
     out = dict(cis)
-    for t, y, stall in runs:
+    for (t, y, stall), part in zip(runs, parts):
         ci = cis[t.number]
         steady_rate = float(1.0 / np.exp(-y[~stall]).mean())    # tokens over time on the steady steps
         mean = steady_rate / overhead
-        own = math.sqrt(var / len(y[~stall]) * (1 + phi) / (1 - phi))
+        own = math.sqrt(var * float(correlation(part.t, phi).sum()) / len(part.t) ** 2)   # AR(1): 1'R1 / n^2
         rel = math.sqrt(own**2 + log_se**2)
         q = (ci["ci95"][1] - ci["mean"]) / ci["se"] if ci["se"] > 0 else 1.96
         out[t.number] = {**ci, "mean": mean, "se": rel * mean, "ci95": [mean * math.exp(-q * rel), mean * math.exp(q * rel)],
