@@ -96,3 +96,14 @@ def test_the_fits_own_error_is_shared_by_every_run_and_cancels_in_a_ratio():
     own = many["log_var"] - shared**2 + other["log_var"] - other["shared_sd"] ** 2
     half = math.log(ratio["ci95"][1] / ratio["mean"])
     assert half == pytest.approx(1.96 * math.sqrt(own), rel=0.1)
+
+
+def test_the_runs_read_elsewhere_than_their_window_are_the_moved_ones():
+    from tuner.stats import moved_values
+
+    rng = np.random.default_rng(8)
+    falling = study(rng, amplitude=0.09)
+    cis, _ = trial_cis(falling)
+    moved, _ = drift_corrected(falling, cis)
+    assert moved_values(cis) == {}
+    assert moved_values(moved) == {n: c["mean"] for n, c in moved.items()} and len(moved_values(moved)) == len(falling)

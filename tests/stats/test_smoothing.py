@@ -87,3 +87,14 @@ def test_re_measured_configs_are_ranked_on_every_run_not_the_planned_one_kept():
     best = recommend(runs, cis, tau2=0.01**2, tau_df=3, levels={k: {} for k in SPACE}, baseline=None)
     assert best["params"] == candidate and best["chosen_on"] == "re-measurements"
     assert best["remeasure_trials"] == [n + 1]
+
+
+def test_the_surrogate_reads_a_run_as_the_analysis_does_where_it_moved_it():
+    # a's runs read low in their measured window (stalls), high once read on their steady steps
+    runs = [TrialRecord(number=i, state="COMPLETE", status="ok", value=v, steps=(v,), params={"a": a, "b": b})
+            for i, (a, b, v) in enumerate([(1, 0, 100), (1, 1, 104), (2, 0, 90), (2, 1, 92),
+                                           (1, 0, 98), (2, 0, 91), (1, 1, 101), (2, 1, 93)])]
+    plain = smoothed_values(runs, ["a", "b"])
+    steady = smoothed_values(runs, ["a", "b"], values={t.number: 1.3 * t.value for t in runs if t.params["a"] == 2})
+    best = lambda est: next(t.params["a"] for t in runs if est[config_key(t.params)] == max(est.values()))  # noqa: E731
+    assert best(plain) == 1 and best(steady) == 2

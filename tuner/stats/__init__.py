@@ -88,6 +88,8 @@ _EXPORTS = {
     "run_to_run_variance": ("tuner.stats._configs", "run_to_run_variance"),
     "runoff_rounds": ("tuner.stats._runoff", "runoff_rounds"),
     "smoothed_values": ("tuner.stats._smoothing", "smoothed_values"),
+    "run_cis": ("tuner.stats._drift", "run_cis"),
+    "moved_values": ("tuner.stats._drift", "moved_values"),
     "study_noise": ("tuner.stats._trial_ci", "study_noise"),
     "study_record": ("tuner.stats._record", "study_record"),
     "study_trial_cis": ("tuner.stats._trial_ci", "study_trial_cis"),

@@ -62,7 +62,7 @@ from tuner.stats._configs import SHARED_SE
 from tuner.stats._diagnostics import drift_check
 from tuner.stats._trial_ci import trial_cis
 
-__all__ = ["DriftFit", "drift_fit", "drift_corrected", "run_cis", "TAU_GRID", "LR_CUT"]
+__all__ = ["DriftFit", "drift_fit", "drift_corrected", "run_cis", "moved_values", "TAU_GRID", "LR_CUT"]
 
 TAU_GRID = (0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 64.0)
 """Candidate settling times, in steps."""
@@ -239,3 +239,9 @@ def run_cis(trials: Sequence[Any]) -> tuple[dict[int, dict[str, Any]], Any, Drif
         return corrected, noise, fit, None
     corrected, stalls = stall_corrected(trials, cis)
     return corrected, noise, None, stalls
+
+
+def moved_values(cis: dict[int, dict[str, Any]]) -> dict[int, float]:
+    """{trial number: its CI's mean} of the runs :func:`run_cis` read elsewhere than over their
+    measured window (a plateau, steady steps): what the search's surrogate reads for them."""
+    return {n: ci["mean"] for n, ci in cis.items() if "drift_shift" in ci or "stall_overhead" in ci}

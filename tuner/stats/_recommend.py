@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tuner.stats._configs import RunCIs, config_estimate, holm, ratio_estimate
+from tuner.stats._drift import moved_values
 from tuner.stats._failures import (
     FLAKY_FAILURE_RATE,
     attempts_by_config,
@@ -87,6 +88,7 @@ def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df
                                        se_scale=se_scale, tau2_df=tau2_df)
     confirm = confirmation_runs(trials, cis)
     choosing = [t for t in trials if t.number not in confirm]
+    moved = moved_values(cis)   # the surrogate reads a drifting or stalling run as the analysis does
     rows = []
     for key, d in by_config.items():
         if not d["search"] and not d["remeasure"]:
@@ -111,14 +113,14 @@ def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df
     finalists = {config_key(t.params) for t in trials if _is_remeasure(t) and t.remeasure == RUNOFF}
     if remeasured and finalists & {r["key"] for r in remeasured}:
         ranked = ranked_remeasured({r["key"]: r["remeasured"] for r in remeasured},
-                                   smoothed_values(choosing, list(levels)))
+                                   smoothed_values(choosing, list(levels), values=moved))
         first = next(k for k, _ in ranked if k in finalists)
         chosen = next(r for r in remeasured if r["key"] == first)
     elif remeasured:
-        smoothed = smoothed_values(choosing, list(levels), ablation_runs=True)
+        smoothed = smoothed_values(choosing, list(levels), ablation_runs=True, values=moved)
         chosen = max(remeasured, key=lambda r: (smoothed.get(r["key"], 0.0), score(r)))
     else:  # no re-measurement: the search's smoothed estimate (tuner.stats), not its luckiest run
-        smoothed = smoothed_values(trials, list(levels))
+        smoothed = smoothed_values(trials, list(levels), values=moved)
         chosen = max(reliable or rows, key=lambda r: (smoothed.get(r["key"], 0.0), r["search"]["mean"]))
     any_remeasured = chosen["remeasured"] is not None
     base_est = None

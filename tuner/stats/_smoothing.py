@@ -18,7 +18,7 @@ level. Pure functions over TrialRecords.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -31,12 +31,14 @@ __all__ = ["smoothed_values"]
 
 
 def smoothed_values(trials: Sequence[TrialRecord], knobs: Sequence[str], *,
-                    ablation_runs: bool = False) -> dict[str, float]:
+                    ablation_runs: bool = False, values: Mapping[int, float] | None = None) -> dict[str, float]:
     """{config_key(params): tokens/s/GPU the surrogate fitted to every ok search run gives that
     config}, for each config with an ok search run; {} with fewer than tuner.stats's
     minimum of ok runs or no knob that varies (rank by the runs themselves then).
     ``ablation_runs``: the fit also takes the ablation's runs (re-measurements and one-knob
     reverts: fresh runs of their configs), and configs that only they ran get a value too.
+    ``values``: a run's number as the analysis reads it where that is not its measured window
+    (tuner.stats' ``moved_values``: a drifting run's plateau, a stalling run's steady steps).
 
     Example:
         >>> from tuner.stats import TrialRecord
@@ -51,7 +53,7 @@ def smoothed_values(trials: Sequence[TrialRecord], knobs: Sequence[str], *,
     if len(ok) < _MIN_TRIALS or not varying:
         return {}
     x = _encode(ok, varying)
-    y = np.log([t.value for t in ok])
+    y = np.log([(values or {}).get(t.number, t.value) for t in ok])
     with threadpool_limits(1):  # small matrices, as in tuner.stats
         fitted = _Indices(varying, 0, x).fit(x, y).predict(x)
     out: dict[str, list[float]] = {}

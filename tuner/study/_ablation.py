@@ -39,9 +39,11 @@ from tuner.stats import (
     failure_model,
     knob_importance,
     level_failures,
+    moved_values,
     pick_finalists,
     revert_replicates,
     round_estimates,
+    run_cis,
     runoff_rounds,
     smoothed_values,
     trial_records,
@@ -99,7 +101,7 @@ def shortlist(trials: Sequence[Any], knobs: Sequence[str]) -> list[dict[str, Any
     levels = level_failures(trials, knobs)
     model = failure_model(trials, knobs)
     attempts = attempts_by_config(trials)
-    smoothed = smoothed_values(trials, knobs)
+    smoothed = smoothed_values(trials, knobs, values=moved_values(run_cis(trials)[0]))   # as the analysis reads runs
     out, seen = [], set()
     for t in sorted((t for t in trials if t.status == "ok" and t.role != "ablation" and t.value),
                     key=lambda t: (-smoothed.get(config_key(t.params), 0.0), -t.value)):
@@ -365,7 +367,7 @@ def runoff_runs(trials: Sequence[Any], spec: StudySpec, *, budget_gpu_seconds: f
     if round_ is None:
         return []
     estimates, params = round_estimates(trials, spec.knob_names, round_)
-    surrogate = smoothed_values(trials, spec.knob_names)
+    surrogate = smoothed_values(trials, spec.knob_names, values=moved_values(run_cis(trials)[0]))
     finalists = pick_finalists(estimates, surrogate)
     rounds = runoff_rounds(budget_gpu_seconds, full_run_gpu_seconds, len(finalists))
     ablation_of = next(t.ablation_of for t in trials if t.role == "ablation" and (t.ablation_round or 1) == round_)
