@@ -60,6 +60,7 @@ import numpy as np
 from tuner.stats._ar1_moments import ar1_moments, correlation, residual_part
 from tuner.stats._configs import SHARED_SE
 from tuner.stats._diagnostics import drift_check
+from tuner.stats._stalls import stall_corrected
 from tuner.stats._trial_ci import trial_cis
 
 __all__ = ["DriftFit", "drift_fit", "drift_corrected", "run_cis", "moved_values", "TAU_GRID", "LR_CUT"]
@@ -231,8 +232,6 @@ def run_cis(trials: Sequence[Any]) -> tuple[dict[int, dict[str, Any]], Any, Drif
     drift check flags the study (:func:`drift_corrected`), else read on their steady steps where
     the stalls check flags it and the stalls cost every config alike (tuner.stats'
     ``stall_corrected``). The ablation's planning reads the runs the same way."""
-    from tuner.stats._stalls import stall_corrected
-
     cis, noise = trial_cis(trials)
     if drift_check(trials, cis)["flagged"]:   # the steps do not read the long run: each run's plateau instead
         corrected, fit = drift_corrected(trials, cis)

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from tuner.stats._configs import run_variance
+from tuner.stats._configs import RunCIs, run_variance
 from tuner.stats._drift import run_cis
 from tuner.stats._failures import config_key
 from tuner.stats._recommend import ablation_effects
@@ -46,16 +46,18 @@ a recommendation is judged at (within 1% of the optimum), and a reading that nea
 seldom made significant by one more run; the share it would spend goes back to the search."""
 
 
-def undecided_slowdowns(trials: Sequence[TrialRecord]) -> list[dict[str, Any]]:
+def undecided_slowdowns(trials: Sequence[TrialRecord], *, cis: RunCIs | None = None) -> list[dict[str, Any]]:
     """The latest ablation round's effects (tuner.stats' ``ablation_effects``, as the analysis
     reads them) whose revert read at least :data:`MIN_SLOWDOWN` slower than the best and was not
-    Holm-significant, most nearly significant first.
+    Holm-significant, most nearly significant first. ``cis``: the runs as tuner.stats'
+    ``run_cis`` reads them, where the caller has them.
 
     Example:
         >>> undecided_slowdowns([])
         []
     """
-    cis, _, _, _ = run_cis(trials)   # as the analysis reads them, drift or stall corrected where flagged
+    if cis is None:   # as the analysis reads them, drift or stall corrected where flagged
+        cis = run_cis(trials)[0]
     launch = run_variance(trials, cis)
     base = next((t for t in trials if t.role == "baseline" and t.status == "ok"), None)
     effects = ablation_effects(trials, cis, tau2=launch.tau2, tau_df=launch.df,
@@ -66,7 +68,8 @@ def undecided_slowdowns(trials: Sequence[TrialRecord]) -> list[dict[str, Any]]:
 
 
 def revert_replicates(trials: Sequence[TrialRecord], *, budget_gpu_seconds: float,
-                      full_run_gpu_seconds: float, runoff_configs: Collection[str] = ()) -> list[dict[str, Any]]:
+                      full_run_gpu_seconds: float, runoff_configs: Collection[str] = (),
+                      cis: RunCIs | None = None) -> list[dict[str, Any]]:
     """More runs of the :func:`undecided_slowdowns` reverts, in rounds (each once a round, most
     nearly decided first, at most :data:`MAX_REPLICATES` rounds), as many as
     ``budget_gpu_seconds`` affords at ``full_run_gpu_seconds`` a run: ``{"knob", "params",
@@ -82,7 +85,7 @@ def revert_replicates(trials: Sequence[TrialRecord], *, budget_gpu_seconds: floa
     if full_run_gpu_seconds <= 0 or budget_gpu_seconds < full_run_gpu_seconds:
         return []
     by_number, skip = {t.number: t for t in trials}, set(runoff_configs)
-    undecided = [e for e in undecided_slowdowns(trials) if config_key(by_number[e["trial"]].params) not in skip]
+    undecided = [e for e in undecided_slowdowns(trials, cis=cis) if config_key(by_number[e["trial"]].params) not in skip]
     rounds = [e for _ in range(MAX_REPLICATES) for e in undecided][:int(budget_gpu_seconds // full_run_gpu_seconds)]
     return [{"knob": e["knob"], "params": dict(by_number[e["trial"]].params), "move": bool(e["move"]),
              "trial": e["trial"]} for e in rounds]

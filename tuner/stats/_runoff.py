@@ -145,11 +145,12 @@ def runoff_rounds(budget_gpu_seconds: float, full_run_gpu_seconds: float, finali
     return max(0, min(MAX_ROUNDS, int(budget_gpu_seconds // (finalists * full_run_gpu_seconds))))
 
 
-def round_estimates(trials, knobs: Sequence[str], round_: int) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+def round_estimates(trials, knobs: Sequence[str], round_: int, *, cis: Mapping[int, dict[str, Any]] | None = None
+                    ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
     """(config key -> config_estimate of the round's re-measurements, config key -> params),
     flaky configs left out. The runs are read as the analysis reads them (drift or stall
-    corrected where flagged: tuner.stats' ``run_cis``)."""
-    cis = run_cis(trials)[0]
+    corrected where flagged: tuner.stats' ``run_cis``; ``cis``: those, where the caller has them)."""
+    cis = run_cis(trials)[0] if cis is None else cis
     lv = run_variance(trials, cis)
     levels, model = level_failures(trials, knobs), failure_model(trials, knobs)
     attempts = attempts_by_config(trials)

@@ -267,12 +267,13 @@ def ablation_plan(study_attrs: Mapping[str, Any], spec: StudySpec, trials: Seque
         if full and limit_gpu_seconds:  # what is left is the budget ledger's (tuner.budget), not a re-count
             left = budget.ledger_from_trials(trials, limit_gpu_seconds).left_gpu_seconds
             records, full_run, affordable = trial_records(trials), full[len(full) // 2], min(share - spent, left)
+            cis = run_cis(records)[0]   # the runs as the analysis reads them, once for both
             stage2 = tuple(runoff_runs(records, spec, budget_gpu_seconds=affordable,
-                                       full_run_gpu_seconds=full_run, worker_params=worker_params))
+                                       full_run_gpu_seconds=full_run, worker_params=worker_params, cis=cis))
             # what the share still affords measures the undecided slowdowns again (tuner.stats)
             stage2 += tuple(replicate_runs(records, budget_gpu_seconds=affordable - len(stage2) * full_run,
                                            full_run_gpu_seconds=full_run, resident=spec.trial.resident,
-                                           runoff_configs={config_key(p) for p, _ in stage2}))
+                                           runoff_configs={config_key(p) for p, _ in stage2}, cis=cis))
         return AblationPlan(for_state=state, runs=stage2, stage=2, planned=True)
     base = next((t for t in trials if t.user_attrs.get("role") == "baseline"
                  and t.state == TrialState.COMPLETE and t.user_attrs.get("status") == "ok"), None)
@@ -329,7 +330,8 @@ def plan_ablation_once(study: optuna.Study, spec: StudySpec, trials: Sequence[op
 
 
 def replicate_runs(trials: Sequence[Any], *, budget_gpu_seconds: float, full_run_gpu_seconds: float,
-                   resident: bool = False, runoff_configs: Collection[str] = ()) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+                   resident: bool = False, runoff_configs: Collection[str] = (),
+                   cis: Mapping[int, dict[str, Any]] | None = None) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """(params, user attrs) of the latest round's reverts measured again (TrialRecords in):
     tuner.stats.revert_replicates' picks, each with its revert's user attrs
     (``ablation_knob``, ``ablation_move``) and ``ablation_replicate``, so the analysis reads the
@@ -338,7 +340,7 @@ def replicate_runs(trials: Sequence[Any], *, budget_gpu_seconds: float, full_run
     (``resident``)."""
     by_number = {t.number: t for t in trials}
     picks = revert_replicates(trials, budget_gpu_seconds=budget_gpu_seconds, full_run_gpu_seconds=full_run_gpu_seconds,
-                              runoff_configs=runoff_configs)
+                              runoff_configs=runoff_configs, cis=cis)
     if resident:
         place: dict[int, int] = {}
         for i, r in enumerate(picks):
@@ -354,7 +356,8 @@ def replicate_runs(trials: Sequence[Any], *, budget_gpu_seconds: float, full_run
 
 
 def runoff_runs(trials: Sequence[Any], spec: StudySpec, *, budget_gpu_seconds: float, full_run_gpu_seconds: float,
-                worker_params: Mapping[str, Any] | None = None) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+                worker_params: Mapping[str, Any] | None = None,
+                cis: Mapping[int, dict[str, Any]] | None = None) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """The runoff of the latest ablation round (TrialRecords in, (params, user attrs) out: ``role =
     ablation``, ``remeasure = runoff``): the FINALISTS best re-measured configs by
     tuner.stats.ranked_remeasured, each once a round, as many rounds as ``budget_gpu_seconds``
@@ -366,8 +369,9 @@ def runoff_runs(trials: Sequence[Any], spec: StudySpec, *, budget_gpu_seconds: f
     round_ = max((t.ablation_round or 1 for t in trials if t.role == "ablation"), default=None)
     if round_ is None:
         return []
-    estimates, params = round_estimates(trials, spec.knob_names, round_)
-    surrogate = smoothed_values(trials, spec.knob_names, values=moved_values(run_cis(trials)[0]))
+    cis = run_cis(trials)[0] if cis is None else cis   # the runs as the analysis reads them
+    estimates, params = round_estimates(trials, spec.knob_names, round_, cis=cis)
+    surrogate = smoothed_values(trials, spec.knob_names, values=moved_values(cis))
     finalists = pick_finalists(estimates, surrogate)
     rounds = runoff_rounds(budget_gpu_seconds, full_run_gpu_seconds, len(finalists))
     ablation_of = next(t.ablation_of for t in trials if t.role == "ablation" and (t.ablation_round or 1) == round_)
