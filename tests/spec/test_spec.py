@@ -43,6 +43,11 @@ def test_shipped_specs_are_valid():
     assert big.cluster.world_size == 32 and big.model.preset == "llama-2-7b"
     assert {"nccl_algo", "nccl_proto", "num_workers", "prefetch_factor", "grad_accum", "micro_batch"} <= set(big.knob_names)
     assert big.budget_gpu_seconds == 40 * 3600
+    gpu1 = load_spec(ROOT / "studies/llama1b-gpu1.toml")  # the study measured on one H200
+    assert gpu1.cluster.world_size == 1 and gpu1.cluster.backend == "nccl"
+    assert gpu1.cluster.gpu == "H200-141GB" and gpu1.model.preset == "llama-1b"
+    for path in sorted((ROOT / "studies").glob("*.toml")):
+        load_spec(path)
 
 
 def test_minimal_spec_defaults(tmp_path):
