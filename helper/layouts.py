@@ -30,6 +30,7 @@ import math
 from typing import Any
 
 from helper.collectives import CollectiveChoice, choose_collective, collective_time_s
+from helper.dispatch import host_bound_seconds
 from helper.gpus import GpuSpec, get_gpu
 from helper.memory import FRAGMENTATION_ALLOWANCE, activation_memory_gb, estimate_memory, static_memory_gb
 from helper.mesh import Layout
@@ -231,13 +232,16 @@ def layout_step_time(model_size: float | int | str | ModelShape, layout: Layout,
         p2p_s = ga * 2 * (act_bytes / t) / (link * c.get("bus_bw_efficiency", 1.0))
     optimizer_s = shape.n_params / (layout.dp_shard * t * p) * _ADAM_BYTES_PER_PARAM / (spec.hbm_gbs * 1e9)
     overhead_s = ga * (c["micro_step_overhead_s"] + blocks * c.get("layer_overhead_s", 0.0))
-    work_s = compute_s + exposed_s + tp_s + p2p_s
+    device_s = compute_s + exposed_s + tp_s + p2p_s
+    work_s = host_bound_seconds(device_s, stack=plan.stack, blocks=blocks, checkpointing=plan.checkpointing,
+                                gpu=spec, micro_steps=ga)
     bubble_s = work_s * pipeline_bubble_fraction(p, ga) / (1 - pipeline_bubble_fraction(p, ga))
     step_s = work_s + bubble_s + optimizer_s + overhead_s
     tokens_per_gpu = ga * micro_batch * seq_len / (t * p)
     tps = tokens_per_gpu / step_s
     return {"compute_s": compute_s, "fsdp_comm_s": fsdp, "exposed_comm_s": exposed_s, "tp_comm_s": tp_s,
-            "p2p_s": p2p_s, "bubble_s": bubble_s, "optimizer_s": optimizer_s, "overhead_s": overhead_s,
+            "p2p_s": p2p_s, "host_wait_s": work_s - device_s, "bubble_s": bubble_s, "optimizer_s": optimizer_s,
+            "overhead_s": overhead_s,
             "step_time_s": step_s, "tokens_per_step_per_gpu": tokens_per_gpu, "tokens_per_sec_per_gpu": tps,
             "mfu": tps * flops_per_token(shape, seq_len) / spec.peak_flops}
 

@@ -66,6 +66,13 @@ class Stack:
     """Gradient accumulation semantics, one of :data:`ACCUMULATIONS`."""
     accum_dtype_bytes: int = 4
     """Bytes per element of the unsharded accumulation buffer (``no_sync``, ``persistent``)."""
+    dispatch_s_per_layer: float = 0.0
+    """Host seconds to dispatch one block's forward and backward kernels (helper.dispatch: a
+    micro-batch takes max(host, device)); 0: not modelled, the calibration's additive
+    per-micro-batch overhead stands for it."""
+    dispatch_recompute_share: float = 0.0
+    """Extra host dispatch under full activation checkpointing, as a share of the forward and
+    backward's (the forward dispatched again)."""
     source: str = ""
     """Where each field is read from."""
 
@@ -79,14 +86,28 @@ class Stack:
         if self.checkpointing not in ("full", "selective", "selective_op"):
             raise ValueError(f"stack {self.name}: checkpointing must be full, selective or selective_op, "
                              f"got {self.checkpointing!r}")
+        if self.dispatch_s_per_layer < 0 or self.dispatch_recompute_share < 0:
+            raise ValueError(f"stack {self.name}: dispatch_s_per_layer and dispatch_recompute_share must be >= 0")
         for field in ("reduce_dtype_bytes", "accum_dtype_bytes"):
             if getattr(self, field) not in (2, 4):
                 raise ValueError(f"stack {self.name}: {field} must be 2 (bf16) or 4 (fp32)")
 
 
+_HF_DISPATCH_S_PER_LAYER = 0.1416 / 22
+"""tuner's workload on one H100 (docs/validation.md, "GPU check on one H100", 2026-11-27): a
+micro-batch of llama-1b (22 blocks) took 0.169 s at micro-batch 1 and 0.162 s at 2, sdpa, and
+0.173 s at 1, eager, where its GPU work is 0.045-0.080 s: the step less the optimizer and the
+calibrated per-micro-step overhead (0.026 s) leaves 0.1426, 0.1356 and 0.1466 s of host
+dispatch, mean 0.1416 s over 22 blocks. The host was that machine's CPU; a faster one
+dispatches sooner (the H200 machine's: 0.122 s at micro-batch 1)."""
+_HF_RECOMPUTE_SHARE = 0.2106 / 0.1416 - 1.0
+"""Same machine, activation checkpointing on: 0.243 s at micro-batch 1, 0.231 s at 2 (0.2166 and
+0.2046 s of dispatch, mean 0.2106 s): 1.49 times the dispatch without."""
+
 STACKS: dict[str, Stack] = {s.name: s for s in (
     Stack(name="hf-sdpa", attention="sdpa", checkpointing="full", reduce_dtype_bytes=4,
           accumulation="no_sync", accum_dtype_bytes=4,
+          dispatch_s_per_layer=_HF_DISPATCH_S_PER_LAYER, dispatch_recompute_share=_HF_RECOMPUTE_SHARE,
           source="tuner's workload (objectives/fsdp_finetune.py, objectives/parallel.py): Hugging Face "
                  "LlamaForCausalLM with attn_implementation 'sdpa' (repeat_kv, unfused LlamaRMSNorm, "
                  "the loss's fp32 upcast), checkpoint_wrapper per block, FSDP2 MixedPrecisionPolicy("
@@ -94,6 +115,7 @@ STACKS: dict[str, Stack] = {s.name: s for s in (
                  "its FSDP2 accumulation buffer is in the reduce dtype (PyTorch PR #126166)"),
     Stack(name="hf-eager", attention="eager", checkpointing="full", reduce_dtype_bytes=4,
           accumulation="no_sync", accum_dtype_bytes=4,
+          dispatch_s_per_layer=_HF_DISPATCH_S_PER_LAYER, dispatch_recompute_share=_HF_RECOMPUTE_SHARE,
           source="as hf-sdpa with attn_implementation 'eager' (transformers' eager_attention_forward: "
                  "fp32 softmax of the materialised s x s scores)"),
     Stack(name="torchtitan", attention="sdpa", fused_norm=False, checkpointing="selective_op",

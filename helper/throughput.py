@@ -2,7 +2,7 @@
 
 One optimizer step of ``grad_accum`` micro-batches, per GPU::
 
-    step_time_s = compute + exposed communication + optimizer + overhead + data stall
+    step_time_s = compute + exposed communication + host wait + optimizer + overhead + data stall
 
 - compute: FLOPs per token x tokens / (peak x ``compute_efficiency``). FLOPs per token are
   6 N (forward 2N, backward 4N; Kaplan et al. 2020, Sec. 2.1) over the matmul parameters (the
@@ -18,6 +18,9 @@ One optimizer step of ``grad_accum`` micro-batches, per GPU::
   FSDP2 without reshard-after-forward; zero1 and ddp all-reduce gradients. Each collective's
   time comes from :mod:`helper.collectives` (NCCL's model, calibrated factors).
 - overlap: ``exposed = max(0, comm - compute) + (1 - overlap) x min(comm, compute)``.
+- host wait: where a stack states its host dispatch cost (helper.dispatch), a micro-batch whose
+  compute and exposed communication are shorter than the host's kernel dispatch takes the
+  dispatch's time instead (eager PyTorch's overhead-bound regime).
 - optimizer: Adam reads fp32 param, grad, m, v and writes param, m, v (28 B per local
   parameter) at HBM bandwidth.
 - data: workers tokenise ``data_cost_s_per_example`` per example in parallel with the step;
@@ -38,6 +41,7 @@ from helper.activations import effective_attention, normalize_checkpointing
 from helper.calibration import resolve_constants
 from helper.collectives import PRIOR_FACTORS, CollectiveChoice, _raw_time_s, choose_collective
 from helper.compute import compute_seconds, flops_per_token, matmul_and_attention_flops
+from helper.dispatch import host_bound_seconds
 from helper.gpus import GpuSpec, get_gpu
 from helper.memory import estimate_memory, normalize_sharding
 from helper.padding import DEFAULT_MEAN_TOKENS_PER_EXAMPLE, estimate_padding_efficiency
@@ -174,7 +178,10 @@ def step_time_breakdown(plan: StepPlan, constants: dict[str, float]) -> dict[str
     optimizer_s = plan.optimizer_bytes / (spec.hbm_gbs * 1e9)
     overhead_s = plan.grad_accum * (c["micro_step_overhead_s"]
                                     + plan.shape.arch.n_layers * c.get("layer_overhead_s", 0.0))
-    busy_s = compute_s + exposed_s + optimizer_s + overhead_s
+    device_s = compute_s + exposed_s
+    work_s = host_bound_seconds(device_s, stack=plan.stack, blocks=plan.shape.arch.n_layers,
+                                checkpointing=plan.checkpointing, gpu=spec, micro_steps=plan.grad_accum)
+    busy_s = work_s + optimizer_s + overhead_s
     examples = plan.micro_batch * plan.grad_accum * plan.examples_per_sequence
     data_cpu_s = examples * c["data_cost_s_per_example"]
     if plan.num_workers == 0:
@@ -186,8 +193,8 @@ def step_time_breakdown(plan: StepPlan, constants: dict[str, float]) -> dict[str
     tokens = plan.micro_batch * plan.seq_len * plan.padding_efficiency * plan.grad_accum
     return {"compute_s": compute_s, "matmul_s": matmul_s, "attention_s": attention_s, "comm_s": comm_s,
             "exposed_comm_s": exposed_s,
-            "optimizer_s": optimizer_s, "overhead_s": overhead_s, "data_stall_s": stall_s,
-            "data_cpu_s": data_cpu_s, "step_time_s": step_s,
+            "optimizer_s": optimizer_s, "overhead_s": overhead_s, "host_wait_s": work_s - device_s,
+            "data_stall_s": stall_s, "data_cpu_s": data_cpu_s, "step_time_s": step_s,
             "tokens_per_step_per_gpu": tokens, "tokens_per_sec_per_gpu": tokens / step_s,
             "mfu": plan.micro_batch * plan.seq_len * plan.grad_accum
                    * flops_per_token(plan.shape, plan.seq_len) / step_s / spec.peak_flops}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -11,6 +12,7 @@ import pytest
 
 from helper import fit_calibration, load_calibration, measurement_plan, predict_throughput
 from helper.calibration import resolve_constants
+from helper.stacks import get_stack
 from helper.throughput import step_time_breakdown
 
 TRUTH = {"compute_efficiency": 0.40, "micro_step_overhead_s": 0.03, "bus_bw_efficiency": 0.55,
@@ -48,7 +50,10 @@ def _per_micro_s(c, layers=19):
 def test_fit_recovers_known_constants_from_noisy_synthetic_measurements():
     grid = [dict(gpu_count=n, seq_len=s, micro_batch=mb, nccl_proto=p, num_workers=w)
             for n, s, mb, p, w in itertools.product((8, 32), (256, 2048), (1, 8), ("default", "LL128", "LL"), (0, 4))]
-    ms = _synthetic(grid, TRUTH, model_size="1.3b", gpus_per_node=8, examples_per_sequence=8.0)
+    # The stack without its host-dispatch floor: a host-bound trial (seq 256, micro-batch 1 on
+    # hf-sdpa) carries nothing about the collectives, which is what this test recovers.
+    ms = _synthetic(grid, TRUTH, model_size="1.3b", gpus_per_node=8, examples_per_sequence=8.0,
+                    stack=dataclasses.replace(get_stack("hf-sdpa"), dispatch_s_per_layer=0.0))
     cal = fit_calibration(ms)
     block, informed = cal["constants"]["H100-80GB"], cal["informed"]["H100-80GB"]
     fitted, _ = resolve_constants(cal, "H100-80GB")
