@@ -275,3 +275,24 @@ def test_a_revert_measured_again_is_read_from_all_of_its_runs():
     assert abs(a2["impact"] - (100.0 / (92.0 * 94.0) ** 0.5 - 1)) < 1e-12
     assert a2["ci95"][1] - a2["ci95"][0] < a1["ci95"][1] - a1["ci95"][0]
     assert a2["p_value"] < a1["p_value"]
+
+
+def test_a_revert_the_budget_stopped_is_named_as_not_measured():
+    """The H200 study (docs/validation.md): num_workers' revert, the round's last, was stopped by
+    the budget; the ablation listed the other knobs and said nothing of it. A planned revert that
+    no finished run measured is now named, in analyze's summary and in RECIPE."""
+    from tuner.report import render_recipe
+
+    record, _ = build_study("small", 0, "ar1-0")
+    clean = analyze_record(record, n_boot=0)
+    assert clean["ablation"]["not_measured"] == []
+    revert = next(t for t in record.trials if t.role == "ablation" and t.ablation_knob == "padding")
+    trials = tuple(dataclasses.replace(t, state="FAIL", status="stopped_by_budget", value=None)
+                   if t.number == revert.number else t for t in record.trials)
+    analysis = analyze_record(StudyRecord(name="x", trials=trials, attrs=record.attrs), n_boot=0)
+    assert "padding" not in {e["knob"] for e in analysis["ablation"]["knobs"]}
+    assert analysis["ablation"]["not_measured"] == [
+        {"knob": "padding", "status": "stopped_by_budget", "trial": revert.number}]
+    assert f"padding: not measured (its revert, trial {revert.number}, stopped by budget)" in format_summary(analysis)
+    recipe = render_recipe(analysis, today="2026-01-01")
+    assert "not measured at this config" in recipe and f"padding (trial {revert.number}, stopped by budget)" in recipe

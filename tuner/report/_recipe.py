@@ -279,6 +279,14 @@ def _what_matters(analysis, params) -> list[str]:
     if unconfirmed:
         lines += ["", "Above the placebo in the search, but the ablation's re-measurement could not confirm it: "
                       + "; ".join(unconfirmed) + "."]
+    unmeasured = {f["knob"]: f for f in (analysis.get("ablation") or {}).get("not_measured") or ()
+                  if f["knob"] not in listed}
+    if unmeasured:
+        lines += ["", "Planned for the ablation but not measured at this config (its effect here is unknown; "
+                      "measure it before relying on it): " + "; ".join(
+                          f"{k} (trial {f['trial']}, {f['status'].replace('_', ' ')})" for k, f in unmeasured.items())
+                  + "."]
+    quiet = [k for k in quiet if k not in unmeasured]
     if quiet:
         lines += ["", "Not distinguishable from a random placebo knob here (no evidence they matter; "
                       f"not proof they do not): {', '.join(quiet)}."]

@@ -341,4 +341,7 @@ def format_summary(analysis: dict[str, Any]) -> str:
                          + ("  significant" if e["significant"] else ""))
         for f in analysis["ablation"]["failed"]:
             lines.append(f"  {'re-measurement' if f['remeasure'] else f['knob']}: trial {f['trial']} {f['status']}")
+        for f in analysis["ablation"].get("not_measured") or ():
+            lines.append(f"  {f['knob']}: not measured (its revert, trial {f['trial']}, {f['status'].replace('_', ' ')}): "
+                         "its effect at the recommended config is unknown")
     return "\n".join(lines)

@@ -239,7 +239,19 @@ def ablation_effects(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float,
     return {"best_remeasured": {"trial": ref_runs[0].number if ref_runs else None,
                                 "tokens_per_sec_per_gpu": _public(ref)},
             "knobs": sorted(effects, key=lambda e: -e["impact"]), "failed": failed,
+            "not_measured": _unmeasured_reverts(trials, latest, {e["knob"] for e in effects}),
             "multiplicity": "Holm step-down over the ablated knobs, family-wise 5%, one-sided (the revert slower)"}
+
+
+def _unmeasured_reverts(trials: Sequence[TrialRecord], ablation_round: int, measured: set[str]) -> list[dict[str, Any]]:
+    """Knobs the round planned a revert for that no finished run measured: stopped by the budget,
+    never started, or failed (each knob once, with its last planned run's status and trial)."""
+    out: dict[str, dict[str, Any]] = {}
+    for t in trials:
+        if (t.role == "ablation" and t.ablation_knob is not None and t.ablation_knob not in measured
+                and (t.ablation_round or 1) == ablation_round):
+            out[t.ablation_knob] = {"knob": t.ablation_knob, "status": t.status, "trial": t.number}
+    return sorted(out.values(), key=lambda d: d["knob"])
 
 
 def what_matters(importance: Sequence[dict[str, Any]], ablation: dict[str, Any] | None) -> list[dict[str, Any]]:
