@@ -244,11 +244,14 @@ def ablation_effects(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float,
 
 
 def _unmeasured_reverts(trials: Sequence[TrialRecord], ablation_round: int, measured: set[str]) -> list[dict[str, Any]]:
-    """Knobs the round planned a revert for that no finished run measured: stopped by the budget,
-    never started, or failed (each knob once, with its last planned run's status and trial)."""
+    """Knobs the round planned a revert for that no run measured or failed: stopped by the budget or
+    never started (each knob once, with its last planned run's status and trial). A revert that
+    failed is in ``failed``: that is evidence (the setting fails), not a gap."""
     out: dict[str, dict[str, Any]] = {}
+    failed = {t.ablation_knob for t in trials if t.role == "ablation" and is_attempt(t) and is_failure(t)
+              and (t.ablation_round or 1) == ablation_round}
     for t in trials:
-        if (t.role == "ablation" and t.ablation_knob is not None and t.ablation_knob not in measured
+        if (t.role == "ablation" and t.ablation_knob is not None and t.ablation_knob not in measured | failed
                 and (t.ablation_round or 1) == ablation_round):
             out[t.ablation_knob] = {"knob": t.ablation_knob, "status": t.status, "trial": t.number}
     return sorted(out.values(), key=lambda d: d["knob"])
