@@ -58,6 +58,11 @@ CONSTANTS: dict[str, ConstantSpec] = {c.name: c for c in (
                      "compute: FSDP2's per-block pre/post hooks, the block's kernel launches, "
                      "all-gather waits at small batches. Prior 1 ms: a guess (tens of kernels "
                      "per block forward and backward at ~10 us each, plus hooks)."),
+    ConstantSpec(name="host_dispatch_scale", kind="positive", prior_sigma=0.5,
+                 doc="This cluster's host dispatch time over the stack's measured one "
+                     "(helper.dispatch: a micro-batch takes max(host, device)); a faster host CPU "
+                     "reads below 1. Prior 1: the stack's figure, measured on one host. No effect "
+                     "on a stack that states no dispatch cost, or on a CPU."),
     ConstantSpec(name="gemm_tokens_half", kind="positive", prior_sigma=1.0,
                  doc="Tokens per micro-batch at which matmul efficiency halves (x T / (T + this)): "
                      "a GEMM's M dimension is the micro-batch's tokens; few tokens under-fill "
@@ -107,6 +112,7 @@ CONSTANTS: dict[str, ConstantSpec] = {c.name: c for c in (
 )}
 
 _GPU_PRIOR = {"compute_efficiency": 0.45, "micro_step_overhead_s": 0.005, "bus_bw_efficiency": 0.8,
+              "host_dispatch_scale": 1.0,
               "gemm_hidden_half": 512.0, "gemm_tokens_half": 1024.0, "layer_overhead_s": 0.001,
               "attention_efficiency": 0.5, "attention_seq_half": 256.0,
               "memory_scale": 1.0,

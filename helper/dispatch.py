@@ -36,17 +36,20 @@ from helper.stacks import Stack
 __all__ = ["host_dispatch_seconds", "host_bound_seconds"]
 
 
-def host_dispatch_seconds(*, stack: Stack | None, blocks: float, checkpointing: str, gpu: GpuSpec) -> float:
-    """Host seconds to dispatch one micro-batch's forward and backward (0: not modelled)."""
+def host_dispatch_seconds(*, stack: Stack | None, blocks: float, checkpointing: str, gpu: GpuSpec,
+                          scale: float = 1.0) -> float:
+    """Host seconds to dispatch one micro-batch's forward and backward (0: not modelled);
+    ``scale``: the calibration's ``host_dispatch_scale`` (this cluster's host against the
+    stack's measured one)."""
     if stack is None or stack.dispatch_s_per_layer <= 0.0 or gpu.nccl_arch == "none":
         return 0.0  # nccl_arch "none": a CPU, which runs what it dispatches
     share = stack.dispatch_recompute_share if checkpointing == "full" else 0.0
-    return blocks * stack.dispatch_s_per_layer * (1.0 + share)
+    return scale * blocks * stack.dispatch_s_per_layer * (1.0 + share)
 
 
 def host_bound_seconds(device_s: float, *, stack: Stack | None, blocks: float, checkpointing: str,
-                       gpu: GpuSpec, micro_steps: int) -> float:
+                       gpu: GpuSpec, micro_steps: int, scale: float = 1.0) -> float:
     """``micro_steps`` micro-batches whose device work totals ``device_s``: each takes the larger
     of its share of the device work and the host's dispatch."""
-    host = host_dispatch_seconds(stack=stack, blocks=blocks, checkpointing=checkpointing, gpu=gpu)
+    host = host_dispatch_seconds(stack=stack, blocks=blocks, checkpointing=checkpointing, gpu=gpu, scale=scale)
     return micro_steps * max(host, device_s / micro_steps)

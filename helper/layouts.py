@@ -234,7 +234,7 @@ def layout_step_time(model_size: float | int | str | ModelShape, layout: Layout,
     overhead_s = ga * (c["micro_step_overhead_s"] + blocks * c.get("layer_overhead_s", 0.0))
     device_s = compute_s + exposed_s + tp_s + p2p_s
     work_s = host_bound_seconds(device_s, stack=plan.stack, blocks=blocks, checkpointing=plan.checkpointing,
-                                gpu=spec, micro_steps=ga)
+                                gpu=spec, micro_steps=ga, scale=c.get("host_dispatch_scale", 1.0))
     bubble_s = work_s * pipeline_bubble_fraction(p, ga) / (1 - pipeline_bubble_fraction(p, ga))
     step_s = work_s + bubble_s + optimizer_s + overhead_s
     tokens_per_gpu = ga * micro_batch * seq_len / (t * p)

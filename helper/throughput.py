@@ -180,7 +180,8 @@ def step_time_breakdown(plan: StepPlan, constants: dict[str, float]) -> dict[str
                                     + plan.shape.arch.n_layers * c.get("layer_overhead_s", 0.0))
     device_s = compute_s + exposed_s
     work_s = host_bound_seconds(device_s, stack=plan.stack, blocks=plan.shape.arch.n_layers,
-                                checkpointing=plan.checkpointing, gpu=spec, micro_steps=plan.grad_accum)
+                                checkpointing=plan.checkpointing, gpu=spec, micro_steps=plan.grad_accum,
+                                scale=c.get("host_dispatch_scale", 1.0))
     busy_s = work_s + optimizer_s + overhead_s
     examples = plan.micro_batch * plan.grad_accum * plan.examples_per_sequence
     data_cpu_s = examples * c["data_cost_s_per_example"]

@@ -167,3 +167,16 @@ def test_noise_is_estimated_from_repeated_configurations():
     noise = fit_calibration(ms)["quality"]["noise"]
     assert noise["repeated_configs"] == 4 and noise["degrees_of_freedom"] == 12
     assert 0.02 < noise["noise_rel"] < 0.07 and noise["noise_rel_used"] == pytest.approx(noise["noise_rel"], abs=1e-4)
+
+
+def test_fit_reads_the_host_dispatch_of_a_faster_host_from_host_bound_trials():
+    """One GPU, tuner's own stack, micro-batch 1-8: the small micro-batches wait on the host
+    (helper.dispatch). A host 20% faster than the one the stack's figure was measured on
+    (the H200 machine's was 14% faster than the H100's) is read back as host_dispatch_scale."""
+    truth = {"host_dispatch_scale": 0.8, "compute_efficiency": 0.6}
+    grid = [dict(micro_batch=mb, seq_len=s, activation_checkpointing=ac)
+            for mb, s, ac in itertools.product((1, 2, 4, 8), (1024, 2048), (False, True))]
+    ms = _synthetic(grid, truth, model_size="llama-1b", gpu_count=1, gpus_per_node=1, noise=0.01)
+    cal = fit_calibration(ms)
+    assert "host_dispatch_scale" in cal["informed"]["H100-80GB"]
+    assert cal["constants"]["H100-80GB"]["host_dispatch_scale"] == pytest.approx(0.8, rel=0.1)
