@@ -56,7 +56,21 @@ def test_launch_variance_uses_the_stated_prior_without_re_measurements_and_the_r
     tight = [[{"mean": 1000 * math.exp(rng.normal(0, 0.02)), "se": 80.0, "df": 20} for _ in range(3)]
              for _ in range(30)]
     lv = launch_variance(tight)
-    assert lv.tau2 < TAU_PRIOR_SD**2 and 0.03 < lv.se_scale < 0.12
+    assert lv.tau2 < TAU_PRIOR_SD**2 and 0.03 < lv.se_scale < 0.15
+
+
+def test_a_few_re_measurements_that_agree_by_chance_barely_scale_the_errors():
+    """Two configs run three times each (4 df) whose runs agree to a fraction of their 2% errors:
+    with 4 df that happens in a fifth of studies whose errors are right. The scale V / s2 is
+    shrunk toward 1 by SCALE_PRIOR_DF, so these runs do not narrow every config's interval."""
+    from tuner.stats import SCALE_PRIOR_DF, launch_variance
+
+    groups = [[{"mean": m, "se": 20.0, "df": 20} for m in (1000.0, 1012.0, 995.0)],
+              [{"mean": m, "se": 24.0, "df": 20} for m in (1200.0, 1185.0, 1210.0)]]
+    lv = launch_variance(groups)
+    assert lv.raw_df == 4 and lv.spread_ratio < 0.5
+    assert lv.se_scale == pytest.approx((SCALE_PRIOR_DF + 4 * lv.spread_ratio) / (SCALE_PRIOR_DF + 4))
+    assert lv.se_scale > 0.6
 
 
 def test_a_small_excess_over_large_errors_is_known_to_few_degrees_of_freedom():

@@ -26,6 +26,7 @@ _EXPORTS = {
     "grouped_jackknife": ("tuner.stats._bootstrap", "grouped_jackknife"),
     "TAU_PRIOR_DF": ("tuner.stats._configs", "TAU_PRIOR_DF"),
     "TAU_PRIOR_SD": ("tuner.stats._configs", "TAU_PRIOR_SD"),
+    "SCALE_PRIOR_DF": ("tuner.stats._configs", "SCALE_PRIOR_DF"),
     "SHARED_SE": ("tuner.stats._configs", "SHARED_SE"),
     "confirmation_runs": ("tuner.stats._recommend", "confirmation_runs"),
     "launch_variance": ("tuner.stats._configs", "launch_variance"),
