@@ -1,5 +1,6 @@
 """Preflight: a study whose data, tokenizer or model cannot serve a trial never starts one."""
 
+import dataclasses
 import os
 
 import optuna
@@ -103,3 +104,34 @@ def test_an_unwritable_runs_dir_is_refused_before_any_trial(tmp_path, capsys):
     code = tuner_main(["run", "--study", spec.source_path, "--storage", db, "--quiet", "--runs-dir", str(blocker)])
     assert code == 2 and "--runs-dir" in capsys.readouterr().err
     assert not os.path.exists(f"{tmp_path}/t.db") or not optuna.get_all_study_summaries(db)   # no FAIL, no retry
+
+
+def test_nccl_on_a_machine_without_enough_gpus_stops_before_any_trial(tmp_path):
+    """studies/llama1b-gpu1.toml on a CPU machine failed every trial alike ("nccl needs CUDA")
+    until the budget's estimate stopped it: preflight now says so first, for the local launcher
+    (which runs the trials here) only."""
+    from tuner.study import local_device_problem
+
+    spec = load_spec(os.path.join(os.path.dirname(__file__), "..", "..", "studies", "llama1b-gpu1.toml"))
+    assert "no CUDA GPU" in local_device_problem(spec, cuda_devices=0)
+    assert local_device_problem(spec, cuda_devices=1) is None      # one GPU per node: enough
+    two = dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, gpus_per_node=2))
+    assert local_device_problem(two, cuda_devices=1).startswith("cluster.gpus_per_node 2: this machine has 1 CUDA GPU ")
+    slurm = dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, launcher="slurm"))
+    assert local_device_problem(slurm, cuda_devices=0) is None     # trials run on the GPU nodes
+    assert local_device_problem(workload_spec(tmp_path), cuda_devices=0) is None   # gloo
+
+
+def test_tuner_run_of_the_gpu_study_on_a_cpu_machine_starts_no_trial(tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU: the study would run")
+    study = os.path.join(os.path.dirname(__file__), "..", "..", "studies", "llama1b-gpu1.toml")
+    storage = f"sqlite:///{tmp_path / 't.db'}"
+    code = tuner_main(["run", "--study", study, "--storage", storage, "--runs-dir", str(tmp_path / "runs"),
+                       "--budget", "0.01gpuh", "--quiet"])
+    assert code == 2
+    assert 'preflight: cluster.backend "nccl": this machine has no CUDA GPU' in capsys.readouterr().err
+    assert not optuna.get_all_study_summaries(storage) or not optuna.load_study(
+        study_name="llama1b-gpu1", storage=storage).trials

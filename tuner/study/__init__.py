@@ -62,6 +62,7 @@ from tuner.study._outcome import (
 )
 from tuner.study._preflight import (
     check_runs_dir,
+    local_device_problem,
     needs_preflight,
     preflight,
 )
@@ -87,6 +88,7 @@ __all__ = [
     "adaptive_bar",
     "best_lower_bound",
     "check_runs_dir",
+    "local_device_problem",
     "end_unrun",
     "enqueue_lost_retries",
     "fail_stale_trials",

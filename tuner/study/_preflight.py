@@ -1,4 +1,4 @@
-"""Preflight: before any trial, check that the data, tokenizer and model can serve one.
+"""Preflight: before any trial, check that the machine, data, tokenizer and model can serve one.
 
 One mistake in a spec (an empty or broken data file, `[]`, a ``model.path`` without ``./``
 that therefore goes to the Hugging Face hub) used to fail every trial the same way and burn
@@ -27,7 +27,7 @@ from typing import Any
 from tuner.errors import PreflightError
 from tuner.spec import StudySpec
 
-__all__ = ["preflight", "needs_preflight", "check_runs_dir", "WORKLOAD_COMMAND"]
+__all__ = ["preflight", "needs_preflight", "check_runs_dir", "local_device_problem", "WORKLOAD_COMMAND"]
 
 WORKLOAD_COMMAND = ("-m", "objectives.fsdp_finetune")
 """The built-in workload, whose loading code preflight runs."""
@@ -56,6 +56,9 @@ def preflight(spec: StudySpec) -> str:
     from objectives.data import format_alpaca, load_examples, load_tokenizer
     from objectives.models import model_config
 
+    problem = local_device_problem(spec)
+    if problem:
+        raise PreflightError(f"preflight: {problem}")
     data: dict[str, Any] = dataclasses.asdict(spec.data)
     model: dict[str, Any] = dataclasses.asdict(spec.model)
     source = data.get("source")
@@ -87,6 +90,28 @@ def preflight(spec: StudySpec) -> str:
     layers = getattr(config, "num_hidden_layers", "?")
     return (f"preflight ok: data {len(examples)} examples; tokenizer vocabulary {tokenizer.vocab_size}; "
             f"model {value} ({layers} layers)")
+
+
+def local_device_problem(spec: StudySpec, cuda_devices: int | None = None) -> str | None:
+    """Why this machine cannot run the spec's trials itself, or None: the local launcher runs
+    them here, and backend nccl needs a CUDA GPU per process (each trial would otherwise fail
+    alike, one after another). Another launcher runs them elsewhere: nothing to check here.
+    ``cuda_devices``: this machine's count (None: ask torch)."""
+    c = spec.cluster
+    if c.launcher != "local" or c.backend != "nccl":
+        return None
+    if cuda_devices is None:
+        import torch
+
+        cuda_devices = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if cuda_devices == 0:
+        return ('cluster.backend "nccl": this machine has no CUDA GPU for the local launcher; '
+                'use backend = "gloo" and gpu = "cpu" to run on its CPUs, or launcher = "slurm" '
+                "to run the trials on GPU nodes")
+    if cuda_devices < c.gpus_per_node:
+        return (f"cluster.gpus_per_node {c.gpus_per_node}: this machine has {cuda_devices} CUDA "
+                f"GPU{'s' if cuda_devices > 1 else ''} for the local launcher")
+    return None
 
 
 def check_runs_dir(folder: Path) -> Path:
