@@ -6,11 +6,14 @@ NCCL. :func:`dry_run_plan` runs the same code paths on CPU: the ``tiny`` preset,
 one or two steps, so the kit is exercised by the test suite.
 
 Time boxes: the whole kit must finish in one device command of 10 minutes with room to spare,
-so it is budgeted to 510 s of wall time. The sequential boxes add up to 500 s; the memory
+so it is budgeted to 540 s of wall time. The sequential boxes add up to 530 s; the memory
 predictions run on the host CPU alongside the GPU checks. The boxes are sized from the first
 H100 run (2026-11-27, docs/validation.md): device 11 s, throughput 197 s for 8 of 12 configs,
 warm switches 65 s, nccl 20 s; the checkpoint check needs two cold starts (~20 s each), a
-13 GB sync save (28 s), a load (10 s) and an async save, which a 95 s box cut short.
+13 GB sync save (28 s), a load (10 s) and an async save, which a 95 s box cut short. On the
+H200 (2026-11-28) the whole kit took 398 s and the 215 s throughput box ran 10 of 12 configs
+(about 19 s each): the box is now 245 s, for the last two (micro-batch 1 and 2 with
+checkpointing, where helper's host-dispatch share under recompute was read on the H100).
 
 Example:
     >>> p = gpu_plan()
@@ -121,7 +124,7 @@ class KitPlan:
     """What a trial is assumed to take before one has been timed (to skip what cannot finish)."""
     time_boxes_s: dict[str, float] = field(default_factory=dict)
     """Per check: the most wall time it may take before it is killed."""
-    budget_s: float = 510.0
+    budget_s: float = 540.0
     """The whole kit's wall time."""
 
     def describe(self) -> dict[str, Any]:
@@ -154,9 +157,9 @@ def gpu_plan() -> KitPlan:
         nccl_ok=("Ring", "Simple"), nccl_rejected_algo="NoSuchAlgo",
         trial_timeout_s=90.0, first_trial_estimate_s=25.0,
         # device: the machine's first `import torch` (cold page cache); checkpoint: two ~13 GB saves
-        time_boxes_s={"device": 25.0, "throughput": 215.0, "memory": 400.0, "warm_switches": 75.0,
+        time_boxes_s={"device": 25.0, "throughput": 245.0, "memory": 400.0, "warm_switches": 75.0,
                       "checkpoint": 160.0, "nccl": 25.0},
-        budget_s=510.0)
+        budget_s=540.0)
 
 
 def dry_run_plan() -> KitPlan:
