@@ -50,6 +50,8 @@ def host_dispatch_seconds(*, stack: Stack | None, blocks: float, checkpointing: 
 def host_bound_seconds(device_s: float, *, stack: Stack | None, blocks: float, checkpointing: str,
                        gpu: GpuSpec, micro_steps: int, scale: float = 1.0) -> float:
     """``micro_steps`` micro-batches whose device work totals ``device_s``: each takes the larger
-    of its share of the device work and the host's dispatch."""
+    of its share of the device work and the host's dispatch. The share is the mean: work that
+    runs once per step (the last micro-batch's gradient reduce-scatter) is spread over the
+    micro-batches, so a host-bound step with accumulation reads slightly short."""
     host = host_dispatch_seconds(stack=stack, blocks=blocks, checkpointing=checkpointing, gpu=gpu, scale=scale)
     return micro_steps * max(host, device_s / micro_steps)

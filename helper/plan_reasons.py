@@ -17,9 +17,10 @@ PART_WORDS = {
     "exposed_comm_s": "waiting on FSDP's weight and gradient exchanges",
     "tp_comm_s": "tensor-parallel exchanges inside every layer",
     "p2p_s": "handing activations between pipeline stages",
+    "host_wait_s": "the GPU waiting on the host to dispatch its kernels",
     "bubble_s": "pipeline fill and drain, GPUs idle",
     "optimizer_s": "the optimizer update",
-    "overhead_s": "fixed cost per micro-batch (kernel launches, hooks)",
+    "overhead_s": "fixed cost per micro-batch (hooks, syncs)",
 }
 """Plain words for each step-time part of :func:`helper.layouts.layout_step_time`."""
 _MIN_PART_S = 0.01  # differences under 10 ms, or under 0.5 % of the step, are not worth a clause

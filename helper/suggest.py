@@ -341,7 +341,7 @@ def format_breakdown(memory: dict[str, float], time: dict[str, float] | None = N
     lines = [head] + [f"  {k:<20} {gib(v):>7.2f}" for k, v in memory.items() if k != "static"]
     if time:
         lines.append("Time per optimizer step (s)")
-        for key in ("compute_s", "comm_s", "exposed_comm_s", "optimizer_s", "overhead_s",
+        for key in ("compute_s", "comm_s", "exposed_comm_s", "host_wait_s", "optimizer_s", "overhead_s",
                     "data_stall_s", "step_time_s"):
             if key in time:
                 lines.append(f"  {key:<20} {time[key]:>9.4f}")

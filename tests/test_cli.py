@@ -146,7 +146,7 @@ def test_a_failed_preflight_leaves_no_database_lock_or_runs_folder(tmp_path, mon
     from tuner import cli
     from tuner.errors import PreflightError
 
-    def fail(spec):
+    def fail(spec, **_):
         raise PreflightError("preflight: data.source bad.json: no examples (an empty file or `[]`)")
 
     monkeypatch.setattr(coordinator, "needs_preflight", lambda spec, simulated: True)
@@ -190,7 +190,7 @@ def test_a_failed_preflight_keeps_a_database_that_holds_trials(tmp_path, monkeyp
     from tuner.errors import PreflightError
 
     monkeypatch.setattr(coordinator, "needs_preflight", lambda spec, simulated: True)
-    monkeypatch.setattr(coordinator, "preflight", lambda spec: (_ for _ in ()).throw(PreflightError("preflight: x")))
+    monkeypatch.setattr(coordinator, "preflight", lambda spec, **_: (_ for _ in ()).throw(PreflightError("preflight: x")))
     monkeypatch.chdir(tmp_path)
     spec = fast_spec(tmp_path)
     other = optuna.create_study(study_name="other", storage="sqlite:///tuner.db")

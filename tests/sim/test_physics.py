@@ -75,3 +75,22 @@ def test_bad_sim_physics_is_one_line(value, tmp_path):
 def test_tree_fallback_is_version_dependent_across_seeds():
     fallbacks = {physics_for(f"perturbed:{s}", "H100-80GB").tree_falls_back for s in range(12)}
     assert fallbacks == {True, False}
+
+
+def test_a_perturbed_cluster_waits_on_its_own_host_at_small_micro_batches():
+    """The perturbed truth keeps helper's host-dispatch floor (helper.dispatch) at this cluster's
+    host speed: llama-1b on one H100 at micro-batch 1 waits on a slow host; at micro-batch 4 a
+    fast host does not show."""
+    physics = physics_for("perturbed:3", "H100-80GB")
+
+    def tps(scale: float, mb: int) -> float:
+        p = dataclasses.replace(physics, constants={**physics.constants, "host_dispatch_scale": scale})
+        inputs = model_inputs({**BASE, "micro_batch": mb, "activation_checkpointing": False}, model="llama-1b",
+                              world_size=1, gpu="H100-80GB", gpus_per_node=1, seq_len=2048,
+                              mean_tokens=p.mean_tokens())
+        t = truth(p, inputs)
+        assert t.status == "ok"
+        return t.tokens_per_sec_per_gpu
+
+    assert tps(2.0, 1) < 0.8 * tps(1.0, 1)            # a host twice as slow: the step follows it
+    assert tps(0.25, 4) == pytest.approx(tps(0.5, 4))  # device-bound: the host does not show

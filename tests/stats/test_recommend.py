@@ -296,3 +296,31 @@ def test_a_revert_the_budget_stopped_is_named_as_not_measured():
     assert f"padding: not measured (its revert, trial {revert.number}, stopped by budget)" in format_summary(analysis)
     recipe = render_recipe(analysis, today="2026-01-01")
     assert "not measured at this config" in recipe and f"padding (trial {revert.number}, stopped by budget)" in recipe
+
+
+def test_an_ablation_the_budget_stopped_whole_still_names_its_reverts():
+    """Every revert of the round stopped by the budget: no ablation effect, but the reverts are
+    named as not measured (before, analysis.json's ablation was None and said nothing)."""
+    record, _ = build_study("small", 0, "ar1-0")
+    reverts = {t.number for t in record.trials if t.role == "ablation" and t.ablation_knob is not None}
+    trials = tuple(dataclasses.replace(t, state="FAIL", status="stopped_by_budget", value=None)
+                   if t.number in reverts else t for t in record.trials)
+    analysis = analyze_record(StudyRecord(name="x", trials=trials, attrs=record.attrs), n_boot=0)
+    ablation = analysis["ablation"]
+    assert ablation["knobs"] == [] and ablation["failed"] == []
+    knobs = {t.ablation_knob for t in record.trials if t.number in reverts}
+    assert {f["knob"] for f in ablation["not_measured"]} == knobs
+    assert all(f["status"] == "stopped_by_budget" for f in ablation["not_measured"])
+    assert "not measured (its revert" in format_summary(analysis)
+
+
+def test_a_revert_that_ran_ok_is_never_called_not_measured():
+    """Every re-measurement of the round's best failed, so no revert can be read against it: the
+    reverts ran ok, and are not reported as stopped."""
+    record, _ = build_study("conditional", 5, "ar1-0")
+    first = next(t for t in record.trials if t.role == "ablation" and t.ablation_knob is None)
+    trials = tuple(dataclasses.replace(t, status="oom", steps=(), step_seconds=(), value=0.0)
+                   if t.role == "ablation" and t.ablation_knob is None and t.params == first.params else t
+                   for t in record.trials)
+    analysis = analyze_record(StudyRecord(name="x", trials=trials, attrs=record.attrs), n_boot=0)
+    assert analysis["ablation"]["not_measured"] == []

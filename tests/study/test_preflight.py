@@ -119,6 +119,8 @@ def test_nccl_on_a_machine_without_enough_gpus_stops_before_any_trial(tmp_path):
     assert local_device_problem(two, cuda_devices=1).startswith("cluster.gpus_per_node 2: this machine has 1 CUDA GPU ")
     slurm = dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, launcher="slurm"))
     assert local_device_problem(slurm, cuda_devices=0) is None     # trials run on the GPU nodes
+    assert local_device_problem(spec, cuda_devices=0, launcher="slurm") is None   # a launcher passed in
+    assert "no CUDA GPU" in local_device_problem(slurm, cuda_devices=0, launcher="local")
     assert local_device_problem(workload_spec(tmp_path), cuda_devices=0) is None   # gloo
 
 

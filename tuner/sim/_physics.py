@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from helper import DEFAULT_MEAN_TOKENS_PER_EXAMPLE, UnsupportedCollective, estimate_memory, get_gpu, resolve_constants
+from helper.dispatch import host_bound_seconds
 from helper.gpus import gib
 from helper.throughput import plan_step, step_time_breakdown
 from tuner.model import ModelInputs
@@ -144,7 +145,10 @@ def truth(physics: SimPhysics, inputs: ModelInputs) -> SimTruth:
     comm = br["comm_s"] * (1 + physics.cpu_contention * workers / 8)
     overlap = physics.constants["comm_overlap_fraction"]
     exposed = max(comm - overlap * compute, (1 - overlap) * comm)
-    busy = compute + exposed + br["optimizer_s"] + br["overhead_s"]
+    # eager PyTorch's host dispatch: a micro-batch waits on it where the device finishes first
+    work = host_bound_seconds(compute + exposed, stack=plan.stack, blocks=a.n_layers, checkpointing=plan.checkpointing,
+                              gpu=plan.gpu, micro_steps=ga, scale=physics.constants.get("host_dispatch_scale", 1.0))
+    busy = work + br["optimizer_s"] + br["overhead_s"]
     stall = br["data_cpu_s"] if workers == 0 else max(
         0.0, br["data_cpu_s"] / max(1, min(workers, spec.cpu_cores_per_gpu or workers)) - busy)
     step_s = busy + stall

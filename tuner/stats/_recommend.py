@@ -199,8 +199,12 @@ def ablation_effects(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float,
     latest = max((t.ablation_round or 1 for t in trials if t.role == "ablation"), default=1)
     abl = [t for t in trials if t.role == "ablation" and t.state == "COMPLETE" and (t.ablation_round or 1) == latest]
     reverts = [t for t in abl if t.ablation_knob is not None]
-    if not reverts:
-        return None
+    if not reverts:   # none ran: say which were planned and stopped, if any were
+        unmeasured = _unmeasured_reverts(trials, latest, set())
+        return None if not unmeasured else {
+            "best_remeasured": {"trial": None, "tokens_per_sec_per_gpu": None}, "knobs": [], "failed": [],
+            "not_measured": unmeasured,
+            "multiplicity": "Holm step-down over the ablated knobs, family-wise 5%, one-sided (the revert slower)"}
     # the reverts are measured against the round's best (its re-measurements, `remeasure` =
     # `best`): not against whichever re-measurement ran ok first (the baseline, when the best
     # failed its first run, and every revert then read as a large effect)
@@ -250,9 +254,9 @@ def _unmeasured_reverts(trials: Sequence[TrialRecord], ablation_round: int, meas
     out: dict[str, dict[str, Any]] = {}
     failed = {t.ablation_knob for t in trials if t.role == "ablation" and is_attempt(t) and is_failure(t)
               and (t.ablation_round or 1) == ablation_round}
-    for t in trials:
+    for t in trials:   # a revert that ran ok but could not be read (no reference) is not "stopped"
         if (t.role == "ablation" and t.ablation_knob is not None and t.ablation_knob not in measured | failed
-                and (t.ablation_round or 1) == ablation_round):
+                and t.status != "ok" and (t.ablation_round or 1) == ablation_round):
             out[t.ablation_knob] = {"knob": t.ablation_knob, "status": t.status, "trial": t.number}
     return sorted(out.values(), key=lambda d: d["knob"])
 

@@ -131,7 +131,7 @@ def _run_study(spec: StudySpec, options: RunOptions, on_event: Callable[[TrialEv
     launcher = launcher or get_launcher(spec)
     if options.preflight and needs_preflight(spec, simulated=launcher.simulated):
         open_storage(options.storage_url, heartbeat=False).engine.dispose()  # a bad storage first: it is quicker
-        emit(TrialEvent(kind="note", message=preflight(spec)))
+        emit(TrialEvent(kind="note", message=preflight(spec, launcher=launcher.name or None)))
     study, limit = open_study(spec, storage_url=options.storage_url, study_name=options.study_name,
                               budget_gpu_seconds=options.budget_gpu_seconds,
                               grace_period_s=options.grace_period_s)

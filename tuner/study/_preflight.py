@@ -43,8 +43,10 @@ def _why(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
-def preflight(spec: StudySpec) -> str:
+def preflight(spec: StudySpec, *, launcher: str | None = None) -> str:
     """Load the examples and the tokenizer and read the model's config, as a trial would.
+
+    ``launcher``: the name of the launcher that runs the trials (None: the spec's).
 
     Returns one line saying what was found. The `train` tokenizer is trained and cached here,
     so the trials reuse it.
@@ -56,7 +58,7 @@ def preflight(spec: StudySpec) -> str:
     from objectives.data import format_alpaca, load_examples, load_tokenizer
     from objectives.models import model_config
 
-    problem = local_device_problem(spec)
+    problem = local_device_problem(spec, launcher=launcher)
     if problem:
         raise PreflightError(f"preflight: {problem}")
     data: dict[str, Any] = dataclasses.asdict(spec.data)
@@ -92,13 +94,15 @@ def preflight(spec: StudySpec) -> str:
             f"model {value} ({layers} layers)")
 
 
-def local_device_problem(spec: StudySpec, cuda_devices: int | None = None) -> str | None:
+def local_device_problem(spec: StudySpec, cuda_devices: int | None = None, *,
+                         launcher: str | None = None) -> str | None:
     """Why this machine cannot run the spec's trials itself, or None: the local launcher runs
     them here, and backend nccl needs a CUDA GPU per process (each trial would otherwise fail
     alike, one after another). Another launcher runs them elsewhere: nothing to check here.
-    ``cuda_devices``: this machine's count (None: ask torch)."""
+    ``cuda_devices``: this machine's count (None: ask torch); ``launcher``: the launcher that
+    will run the trials, where the caller passes one other than the spec's."""
     c = spec.cluster
-    if c.launcher != "local" or c.backend != "nccl":
+    if (launcher or c.launcher) != "local" or c.backend != "nccl":
         return None
     if cuda_devices is None:
         import torch
