@@ -240,7 +240,7 @@ def layout_step_time(model_size: float | int | str | ModelShape, layout: Layout,
     tokens_per_gpu = ga * micro_batch * seq_len / (t * p)
     tps = tokens_per_gpu / step_s
     return {"compute_s": compute_s, "fsdp_comm_s": fsdp, "exposed_comm_s": exposed_s, "tp_comm_s": tp_s,
-            "p2p_s": p2p_s, "host_wait_s": work_s - device_s, "bubble_s": bubble_s, "optimizer_s": optimizer_s,
+            "p2p_s": p2p_s, "host_wait_s": max(0.0, work_s - device_s), "bubble_s": bubble_s, "optimizer_s": optimizer_s,
             "overhead_s": overhead_s,
             "step_time_s": step_s, "tokens_per_step_per_gpu": tokens_per_gpu, "tokens_per_sec_per_gpu": tps,
             "mfu": tps * flops_per_token(shape, seq_len) / spec.peak_flops}

@@ -194,7 +194,7 @@ def step_time_breakdown(plan: StepPlan, constants: dict[str, float]) -> dict[str
     tokens = plan.micro_batch * plan.seq_len * plan.padding_efficiency * plan.grad_accum
     return {"compute_s": compute_s, "matmul_s": matmul_s, "attention_s": attention_s, "comm_s": comm_s,
             "exposed_comm_s": exposed_s,
-            "optimizer_s": optimizer_s, "overhead_s": overhead_s, "host_wait_s": work_s - device_s,
+            "optimizer_s": optimizer_s, "overhead_s": overhead_s, "host_wait_s": max(0.0, work_s - device_s),
             "data_stall_s": stall_s, "data_cpu_s": data_cpu_s, "step_time_s": step_s,
             "tokens_per_step_per_gpu": tokens, "tokens_per_sec_per_gpu": tokens / step_s,
             "mfu": plan.micro_batch * plan.seq_len * plan.grad_accum
