@@ -180,6 +180,9 @@ def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df
             "baseline_estimate": _public(base_est)}
 
 
+_MULTIPLICITY = "Holm step-down over the ablated knobs, family-wise 5%, one-sided (the revert slower)"
+
+
 def ablation_effects(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df: float,
                      baseline_params: dict[str, Any] | None, se_scale: float = 1.0,
                      tau2_df: float | None = None) -> dict[str, Any] | None:
@@ -204,7 +207,7 @@ def ablation_effects(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float,
         return None if not unmeasured else {
             "best_remeasured": {"trial": None, "tokens_per_sec_per_gpu": None}, "knobs": [], "failed": [],
             "not_measured": unmeasured,
-            "multiplicity": "Holm step-down over the ablated knobs, family-wise 5%, one-sided (the revert slower)"}
+            "multiplicity": _MULTIPLICITY}
     # the reverts are measured against the round's best (its re-measurements, `remeasure` =
     # `best`): not against whichever re-measurement ran ok first (the baseline, when the best
     # failed its first run, and every revert then read as a large effect)
@@ -243,19 +246,17 @@ def ablation_effects(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float,
     return {"best_remeasured": {"trial": ref_runs[0].number if ref_runs else None,
                                 "tokens_per_sec_per_gpu": _public(ref)},
             "knobs": sorted(effects, key=lambda e: -e["impact"]), "failed": failed,
-            "not_measured": _unmeasured_reverts(trials, latest, {e["knob"] for e in effects}),
-            "multiplicity": "Holm step-down over the ablated knobs, family-wise 5%, one-sided (the revert slower)"}
+            "not_measured": _unmeasured_reverts(trials, latest, {e["knob"] for e in effects} | {f["knob"] for f in failed}),
+            "multiplicity": _MULTIPLICITY}
 
 
-def _unmeasured_reverts(trials: Sequence[TrialRecord], ablation_round: int, measured: set[str]) -> list[dict[str, Any]]:
-    """Knobs the round planned a revert for that no run measured or failed: stopped by the budget or
-    never started (each knob once, with its last planned run's status and trial). A revert that
-    failed is in ``failed``: that is evidence (the setting fails), not a gap."""
+def _unmeasured_reverts(trials: Sequence[TrialRecord], ablation_round: int, accounted: set[str]) -> list[dict[str, Any]]:
+    """Knobs the round planned a revert for that are not ``accounted`` for (measured, or failed:
+    a failure is evidence that the setting fails, not a gap): stopped by the budget or never
+    started (each knob once, with its last planned run's status and trial)."""
     out: dict[str, dict[str, Any]] = {}
-    failed = {t.ablation_knob for t in trials if t.role == "ablation" and is_attempt(t) and is_failure(t)
-              and (t.ablation_round or 1) == ablation_round}
     for t in trials:   # a revert that ran ok but could not be read (no reference) is not "stopped"
-        if (t.role == "ablation" and t.ablation_knob is not None and t.ablation_knob not in measured | failed
+        if (t.role == "ablation" and t.ablation_knob is not None and t.ablation_knob not in accounted
                 and t.status != "ok" and (t.ablation_round or 1) == ablation_round):
             out[t.ablation_knob] = {"knob": t.ablation_knob, "status": t.status, "trial": t.number}
     return sorted(out.values(), key=lambda d: d["knob"])
