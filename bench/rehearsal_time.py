@@ -8,7 +8,7 @@ puts the working directory ahead of PYTHONPATH). A markdown table, with the load
 
     python bench/rehearsal_time.py                                   # this checkout, 40 GPU-h
     python bench/rehearsal_time.py --compare /path/to/other/checkout
-    python bench/rehearsal_time.py --budget 2gpuh                    # a quick one
+    python bench/rehearsal_time.py --budget 4gpuh                    # a quick one
 """
 
 from __future__ import annotations

@@ -151,6 +151,10 @@ def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: 
     for name, value, low in (("gpu_count", gpu_count, 1), ("gpus_per_node", gpus_per_node, 1), ("seq_len", seq_len, 8)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    if gpu_count > gpus_per_node and gpu_count % gpus_per_node:
+        raise ValueError(f"gpu_count {gpu_count} is not a whole number of {gpus_per_node}-GPU nodes; give a multiple "
+                         f"of gpus_per_node ({gpu_count // gpus_per_node * gpus_per_node} or "
+                         f"{-(-gpu_count // gpus_per_node) * gpus_per_node}) or the GPUs per node the cluster has")
     if global_batch is not None and (isinstance(global_batch, bool) or not isinstance(global_batch, int)):
         raise ValueError(f"global_batch must be an integer, got {global_batch!r}")
     if not (isinstance(memory_headroom, (int, float)) and 0 <= memory_headroom < 1):
@@ -257,6 +261,13 @@ def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: 
                            max_lost_work_minutes=max_lost_work_minutes, startup_s=float(startup))
     ckpt_steps = min(steps_epoch, ckpt["interval_steps"])
     lost_min = ckpt["worst_case_lost_s"] / 60
+    if ckpt_steps < ckpt["interval_steps"]:  # an epoch is shorter than the failure bound's interval
+        warnings = [*warnings, f"an epoch ({steps_epoch} steps, {wall_h * 60:.1f} min) is shorter than the checkpoint "
+                                f"interval a failure bound of {max_lost_work_minutes:g} min allows "
+                                f"({ckpt['interval_steps']} steps): one checkpoint at the epoch's end"]
+    if startup > wall_h * 3600:
+        warnings = [*warnings, f"an epoch's {wall_h * 60:.1f} min of training is shorter than the job's "
+                                f"{startup / 60:.1f} min start-up: start-up dominates its GPU-hours"]
 
     eff = final_plan.padding_efficiency
     rationale = {
@@ -289,8 +300,10 @@ def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: 
                    f"in {seq_len}-token rows.",
         "sharding": f"{stage}: static state {gib(mem['static']):.1f} GiB per GPU of {gib(16 * shape.n_params / 1e9):.0f} GiB "
                     "in all.",
-        "checkpoint_interval": f"every {ckpt_steps} steps ({ckpt_steps * step_s / 60:.1f} min): a node failure "
-                               f"loses at most {lost_min:.1f} min (limit {max_lost_work_minutes:.0f}): "
+        "checkpoint_interval": (f"every {ckpt_steps} steps ({ckpt_steps * step_s / 60:.1f} min)"
+                                + (f", the epoch's end (the failure bound allows {ckpt['interval_steps']} steps)"
+                                   if ckpt_steps < ckpt["interval_steps"] else "")
+                                + f": a node failure loses at most {lost_min:.1f} min (limit {max_lost_work_minutes:.0f}): ")
                                + " + ".join(f"{k[:-2]} {v / 60:.1f}" for k, v in ckpt["worst_case_parts_s"].items())
                                + " min (helper.checkpointing, the plan's rule).",
     }

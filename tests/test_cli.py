@@ -242,13 +242,17 @@ def test_a_closed_pipe_in_process_returns_141_and_prints_nothing(monkeypatch, ca
 @pytest.mark.parametrize("extra, needle", [
     (["--budget", "1e999gpuh"], "--budget: bad budget '1e999gpuh': not a finite number"),
     (["--budget", "1gpuh", "--study-name", "../../x"], "--study-name: '../../x' would put trial folders outside"),
+    (["--budget", "1gpuh", "--study-name", ""], "--study-name: must not be empty"),     # an unset $NAME
+    (["--budget", "0.001gpuh"], "budget 0.001 GPU-h is less than one trial"),
+    (["--budget", "1gpuh", "--storage", "sqlite:///"], "names no database file"),
 ])
 def test_bad_budget_or_study_name_leaves_nothing_behind(tmp_path, monkeypatch, capsys, extra, needle):
     from tuner import cli
 
     monkeypatch.chdir(tmp_path)
     spec = fast_spec(tmp_path)
-    assert cli.main(["run", "--study", spec.source_path, "--storage", f"sqlite:///{tmp_path}/t.db", *extra]) == 2
+    storage = [] if "--storage" in extra else ["--storage", f"sqlite:///{tmp_path}/t.db"]
+    assert cli.main(["run", "--study", spec.source_path, *storage, *extra]) == 2
     err = capsys.readouterr().err
     assert needle in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "t.db").exists() and not (tmp_path / "runs").exists()

@@ -61,7 +61,8 @@ def new_paths(storage_url: str, runs_dir: Path):
     """A function that removes what this run created, if the run ended before any trial: a new
     SQLite file holding no trial (and its lock, WAL and shm files), and empty new folders under
     a new ``--runs-dir``. Paths that existed before are never touched."""
-    db = Path(storage_url[len("sqlite:///"):]) if storage_url.startswith("sqlite:///") else None
+    path = storage_url[len("sqlite:///"):] if storage_url.startswith("sqlite:///") else ""
+    db = Path(path) if path.strip() else None  # no file named: the storage's own error says so
     files = [Path(f"{db}{suffix}") for suffix in ("", "-wal", "-shm", "-journal")] + [db.with_suffix(".lock")] \
         if db and str(db) != ":memory:" else []
     new_files = [f for f in files if not f.exists()]

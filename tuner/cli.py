@@ -63,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = sub.add_parser("status", help="trials by state, budget used/left, best so far",
                             description="Where each study stands: trials by status, GPU-hours used and left, "
-                                        "the best trial so far and its knobs. Reads only; safe while studies run.")
+                                        "the recommended config once `tuner analyze` has run (else the best single "
+                                        "run so far) and its knobs. Reads only; safe while studies run.")
     status.add_argument("--storage", help=_STORAGE_HELP)
     status.add_argument("--study-name", help="one study (default: every study in the storage)")
 
@@ -75,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
                                          "importance (total-order indices against a random placebo, BCa bootstrap CIs) "
                                          "and the Holm-corrected ablation. Writes DIR/analysis.json.")
     analyze.add_argument("--storage", help=_STORAGE_HELP)
-    analyze.add_argument("--study-name", required=True)
+    analyze.add_argument("--study-name", required=True, help="the study to analyse (`tuner status` lists them)")
     analyze.add_argument("--out", required=True, type=Path, help="output folder")
     analyze.add_argument("--n-boot", type=_number(int, 0), default=None,
                          help="bootstrap resamples of the importance CIs; 0 for none, which also makes \"matters\" "
@@ -87,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
                                         "what matters) and report.html with the plots; the recipe is also saved as "
                                         "the study's note in optuna-dashboard.")
     report.add_argument("--storage", help=_STORAGE_HELP)
-    report.add_argument("--study-name", required=True)
+    report.add_argument("--study-name", required=True, help="the study to report (`tuner status` lists them)")
     report.add_argument("--out", required=True, type=Path, help="output folder")
     report.add_argument("--planned-tokens", type=_number(float, 0, above=True), default=DEFAULT_PLANNED_TOKENS,
                         help="tokens of the planned training run, for the GPU-hours the speedup saves "
@@ -112,9 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
     suggest.add_argument("--model-size", required=True, help="7b, 13B, 7e9, 1.3b or a preset name")
     suggest.add_argument("--gpus", required=True, type=_number(int, 1), help="GPU count")
     suggest.add_argument("--dataset-size", required=True, help="examples: 52000 or 52k")
-    suggest.add_argument("--seq-len", type=int, default=2048)
-    suggest.add_argument("--gpu", default="H100-80GB", help="A100-40GB, A100-80GB, H100-80GB, H200-141GB")
-    suggest.add_argument("--gpus-per-node", type=int, default=8)
+    suggest.add_argument("--seq-len", type=int, default=2048, help="tokens per sequence (default 2048)")
+    suggest.add_argument("--gpu", default="H100-80GB",
+                         help="A100-40GB, A100-80GB, H100-80GB, H200-141GB (default H100-80GB)")
+    suggest.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node, NVLink inside (default 8)")
     suggest.add_argument("--global-batch", type=int, help="sequences per optimizer step")
     suggest.add_argument("--calibration", type=Path, help="calibration JSON from `tuner distill`")
     suggest.add_argument("--stack", help="training stack (helper.stacks): hf-sdpa (default), hf-eager, torchtitan, "
@@ -173,7 +175,10 @@ def _add_plan_parser(sub) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(glue_dash_values(parser, list(sys.argv[1:] if argv is None else argv)))
+    args, extra = parser.parse_known_args(glue_dash_values(parser, list(sys.argv[1:] if argv is None else argv)))
+    if extra:  # named by the command's own parser, whose --help lists what it takes
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))  # noqa: SLF001
+        commands.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     from tuner.errors import TunerError
 
     try:
@@ -184,7 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tuner {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"tuner {args.command}: interrupted", file=sys.stderr)
+        resume = (": run the same command again to resume (a trial it stopped runs again)" if args.command == "run"
+                  else "")
+        print(f"tuner {args.command}: interrupted{resume}", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # the reader went away (`tuner status | head`): nothing is wrong; say nothing (Python's

@@ -139,6 +139,16 @@ def test_epoch_time_and_checkpoint_interval_are_consistent():
     assert 0 < lost_min < 30 and cfg["checkpoint_interval_steps"] >= 1
 
 
+def test_an_epoch_shorter_than_the_failure_bound_checkpoints_at_its_end_and_says_so():
+    cfg = suggest_config("7b", 32, 20_000, gpu="H100-80GB")
+    ck = cfg["checkpoint"]
+    assert cfg["checkpoint_interval_steps"] == cfg["steps_per_epoch"] < ck["interval_steps"]
+    assert f"the epoch's end (the failure bound allows {ck['interval_steps']} steps)" in cfg["rationale"]["checkpoint_interval"]
+    assert any("one checkpoint at the epoch's end" in w for w in cfg["warnings"])
+    assert any("shorter than the job's" in w and "start-up" in w for w in cfg["warnings"])
+    assert not [w for w in suggest_config("7b", 8, "1M", gpu="H100-80GB")["warnings"] if "epoch" in w]
+
+
 def test_nccl_setting_is_suggested_only_when_the_calibration_measured_a_gain():
     cal = helper.load_calibration()
     cal["constants"]["H100-80GB"].update(proto_bw_factor_ll128=1.6, bus_bw_efficiency=0.3)
@@ -172,6 +182,8 @@ def test_explain_prints_memory_time_and_reasons():
     (("7b", True, 52_000), {}, "gpu_count must be an integer >= 1, got True"),
     (("7b", 8, 52_000), {"memory_headroom": -1}, "memory_headroom must be a share"),
     (("7b", 8, 52_000), {"mean_tokens_per_example": 0}, "mean_tokens_per_example must be > 0"),
+    (("7b", 30, 52_000), {}, "gpu_count 30 is not a whole number of 8-GPU nodes; give a multiple of gpus_per_node .24 or 32."),
+    (("7b", 32, 52_000), {"gpus_per_node": 3}, "gpu_count 32 is not a whole number of 3-GPU nodes"),
 ])
 def test_bad_arguments_are_a_value_error_that_names_them(args, kwargs, needle):
     with pytest.raises(ValueError, match=needle.replace("(", r"\(")):

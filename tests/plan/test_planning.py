@@ -14,6 +14,14 @@ def plan13():
     return plan_training("13b", 32, gpu="H100-80GB", tokens=100e9, cost_per_gpu_hour=2.5)
 
 
+def test_a_runbook_folder_it_cannot_write_is_refused_before_any_work(tmp_path, capsys):
+    (tmp_path / "taken").write_text("")
+    for where, needle in ((tmp_path / "taken", "is a file, not a folder"), ("/proc/x", "cannot create the folder")):
+        assert main(["plan", "--model-size", "7b", "--gpus", "32", "--tokens", "1e9", "--runbook", str(where)]) == 2
+        err = capsys.readouterr().err
+        assert f"--runbook {where}: {needle}" in err and len(err.strip().splitlines()) == 1
+
+
 def test_cli_plan_answers_every_point(capsys, plan13):
     assert main(["plan", "--model-size", "13b", "--gpus", "32", "--gpu", "H100-80GB", "--tokens", "100e9",
                  "--cost-per-gpu-hour", "2.5"]) == 0

@@ -85,3 +85,13 @@ def test_checkpoint_dir_resolves_against_the_spec(tmp_path):
 def test_the_shipped_layout_study_loads():
     spec = load_spec(ROOT / "studies/cpu-layouts.toml")
     assert set(spec.knob_names) >= {"sharding", "tp_degree"} and spec.cluster.world_size == 4
+
+
+def test_a_gpu_helper_does_not_model_is_named_with_what_the_search_goes_without():
+    from tuner.spec import unknown_gpu_note
+
+    assert unknown_gpu_note("cpu") is None and unknown_gpu_note("A100-80GB") is None
+    note = unknown_gpu_note("L40S")
+    assert note.startswith("cluster.gpu 'L40S' is not a GPU helper models (it models A100-40GB, ")
+    assert "without helper's predictions and memory screening" in note
+    assert "did you mean 'A100-80GB'" in unknown_gpu_note("A100-80")

@@ -82,13 +82,21 @@ def test_minimal_spec_defaults(tmp_path):
      "only applies when num_workers > 0"),
     (('[study]\nname = "s"', '[study]\nname = "s"\nsampler = "magic"'), "study.sampler", "unknown sampler"),
     (('[study]\nname = "s"', '[study]\nname = "../s"'), "study.name", "outside the runs folder"),
-    (("[model]", '[budget]\nlimit = "lots"\n[model]'), "budget.limit", "bad budget"),
-    (('gpu = "cpu"', 'launcher = "sim"\ngpu = "h100"'), "cluster.gpu", "no model of GPU 'h100'"),
+    (('[study]\nname = "s"', '[study]\nname = "s"\nseed = -1'), "study.seed", "must be an integer in [0, 2^32)"),
+    (("[baseline]\n", 'nccl_algo = ["default", "Rnig"]\n[baseline]\nnccl_algo = "default"\n'),
+     "space.nccl_algo", "unknown NCCL value(s) ['rnig']"),
+    (("[baseline]\n", 'nccl_proto = ["LL256"]\n[baseline]\nnccl_proto = "LL256"\n'),
+     "space.nccl_proto", "known: simple, ll128, ll"),
+    (("[baseline]\n", 'nccl_algo = ["^Tree", "allgather:ring;reducescatter:ring"]\n[baseline]\nnccl_algo = "^Tree"\n'),
+     None, None),
 ])
 def test_bad_spec_names_file_key_and_problem(tmp_path, edit, key, problem):
     text = textwrap.dedent(MINIMAL).replace(*edit, 1)
     assert text != textwrap.dedent(MINIMAL), "the edit must change the spec"
     path = write(tmp_path, text)
+    if key is None:                                     # a valid edit, beside the invalid ones
+        assert load_spec(path).knob_names
+        return
     with pytest.raises(SpecError) as info:
         load_spec(path)
     message = str(info.value)

@@ -56,7 +56,21 @@ def test_not_a_url_or_missing_folder_or_file(tmp_path):
         open_storage(f"sqlite:///{tmp_path}/nope/t.db")
     with pytest.raises(StorageError, match="no such database file"):
         open_storage(f"sqlite:///{tmp_path}/t.db", create_tables=False)
+    for empty in ("sqlite:///", "sqlite://"):                  # not a silent in-memory study
+        with pytest.raises(StorageError, match="names no database file; e.g. sqlite:///tuner.db"):
+            open_storage(empty)
     assert list(tmp_path.iterdir()) == []                      # nothing written
+
+
+def test_a_postgresql_url_without_a_driver_names_the_one_installed(pg_url):
+    bare = sqlalchemy.engine.make_url(pg_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        with pytest.raises(StorageError, match=r"postgresql\+psycopg2://user@host/db"):
+            open_storage(bare)
+    else:
+        pytest.skip("psycopg (3) is installed: SQLAlchemy's default driver opens the URL")
 
 
 def _server_url(pg_url: str, *, port: int | None = None, db: str | None = None, user: str | None = None) -> str:

@@ -116,6 +116,42 @@ def test_ctrl_c_then_resume(tmp_path, storage_url):
     assert not [t for t in study.trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
 
 
+def test_ctrl_c_while_a_trial_is_admitted_strands_nothing_and_says_how_to_resume(tmp_path, storage_url,
+                                                                                  monkeypatch):
+    import os
+    import signal
+
+    import tuner.study._coordinator as coordinator
+
+    real, calls = coordinator.admit, []
+
+    def admit_then_ctrl_c(*args, **kwargs):   # the user's Ctrl-C lands while the sampler works
+        calls.append(1)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(coordinator, "admit", admit_then_ctrl_c)
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)   # as in a terminal (xdist ignores it)
+    spec, events = fast_spec(tmp_path), []
+    launcher = FakeLauncher(spec)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_study(spec, options(storage_url, tmp_path, budget_gpu_seconds=60.0), on_event=events.append,
+                      launcher=launcher)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler    # the handler is back
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    assert len(launcher.calls) == 1                                   # the second trial never launched
+    study = load(storage_url)
+    assert not [t for t in study.trials if t.state == TrialState.RUNNING]
+    (cut,) = [t for t in study.trials if t.user_attrs.get("status") == "interrupted"]
+    assert cut.user_attrs["gpu_seconds"] == 0.0 and "before its launch" in cut.user_attrs["message"]
+    (again,) = [t for t in study.trials if t.state == TrialState.WAITING]
+    assert again.user_attrs["retry_of"] == cut.number and again.system_attrs["fixed_params"] == cut.params
+    assert events[-1].kind == "stop" and "run the same command again" in events[-1].message
+
+
 def test_dead_coordinators_trial_goes_stale_counts_and_is_retried_once(tmp_path, storage_url):
     spec = fast_spec(tmp_path)
     study, _ = open_study(spec, storage_url=storage_url, budget_gpu_seconds=100.0)

@@ -5,8 +5,8 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.spine_helpers import fast_spec
-from tuner.errors import StudyConflictError
-from tuner.storage import open_storage
+from tuner.errors import BudgetError, StudyConflictError
+from tuner.storage import end_if_waiting, open_storage
 from tuner.study import load_existing_study, open_study, retry_once
 
 
@@ -23,6 +23,32 @@ def test_no_budget_anywhere_is_an_error_and_creates_nothing(tmp_path, storage_ur
     with pytest.raises(StudyConflictError, match="no budget"):
         open_study(spec, storage_url=storage_url)
     assert optuna.get_all_study_names(storage_url) == []
+
+
+def test_a_budget_under_one_trial_is_refused_before_the_study_exists(tmp_path, storage_url):
+    spec = fast_spec(tmp_path, estimate=100.0)
+    with pytest.raises(BudgetError, match=r"less than one trial: the first is estimated at 0\.03 GPU-h"):
+        open_study(spec, storage_url=storage_url, budget_gpu_seconds=50.0)
+    assert optuna.get_all_study_names(storage_url) == []
+
+
+def test_a_resumed_budget_under_what_was_used_is_refused_and_an_extended_one_requeues_a_skipped_baseline(
+        tmp_path, storage_url):
+    spec = fast_spec(tmp_path)
+    study, _ = open_study(spec, storage_url=storage_url, budget_gpu_seconds=50.0)
+    (base,) = study.get_trials(states=(TrialState.WAITING,))
+    assert end_if_waiting(study, base, "skipped", "not run: the budget was spent before this baseline run")
+    trial = study.ask()
+    trial.set_user_attr("gpu_seconds", 30.0)
+    trial.set_user_attr("status", "ok")
+    study.tell(trial, 1000.0)
+    with pytest.raises(BudgetError, match="less than the 0.01 GPU-h study 'fast' has already used"):
+        open_study(spec, storage_url=storage_url, budget_gpu_seconds=20.0)
+    study, limit = open_study(spec, storage_url=storage_url, budget_gpu_seconds=50.0)   # unchanged: nothing queued
+    assert limit == 50.0 and study.get_trials(states=(TrialState.WAITING,)) == []
+    study, limit = open_study(spec, storage_url=storage_url, budget_gpu_seconds=80.0)   # extended: the baseline again
+    (again,) = study.get_trials(states=(TrialState.WAITING,))
+    assert limit == 80.0 and again.user_attrs["role"] == "baseline" and again.params == base.params
 
 
 def test_a_retry_keeps_why_its_trial_ran_and_a_cut_retry_is_queued_again(tmp_path):

@@ -222,6 +222,9 @@ def run_plan(*, validate: bool = False, runbook_dir: str | Path | None = None, s
              storage_url: str | None = None, tuning_study: str | None = None, proxy: str = "cpu",
              launcher: str = "local", time_limit_hours: float = 48.0, **plan_args: Any) -> tuple[str, list[Path]]:
     """``tuner plan``: the plan (validated when asked), as text, and the runbook files written."""
+    if runbook_dir:
+        from tuner.report import output_dir
+        output_dir(runbook_dir, flag="--runbook")  # a folder it can write, before any work
     try:
         plan = plan_training(**plan_args)
     except ValueError as exc:

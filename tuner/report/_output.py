@@ -25,15 +25,16 @@ from tuner.errors import OutputError
 __all__ = ["output_dir", "write_atomic"]
 
 
-def output_dir(path: str | Path) -> Path:
-    """Create ``path`` as a folder (with parents) or raise OutputError naming it."""
+def output_dir(path: str | Path, *, flag: str = "--out") -> Path:
+    """Create ``path`` as a folder (with parents) or raise OutputError naming it (and ``flag``,
+    the option that gave it)."""
     out = Path(path)
     if out.exists() and not out.is_dir():
-        raise OutputError(f"--out {out}: is a file, not a folder; give a folder (it is created if missing)")
+        raise OutputError(f"{flag} {out}: is a file, not a folder; give a folder (it is created if missing)")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise OutputError(f"--out {out}: cannot create the folder: {exc.strerror or exc}") from None
+        raise OutputError(f"{flag} {out}: cannot create the folder: {exc.strerror or exc}") from None
     return out
 
 

@@ -15,6 +15,7 @@ from tuner.spec._cluster import (
     layout_problem,
     sim_physics_problem,
     space_layout_problem,
+    unknown_gpu_note,
 )
 from tuner.spec._fingerprint import (
     FINGERPRINT_WHEN_SET,
@@ -49,4 +50,5 @@ __all__ = [
     "space_layout_problem",
     "spec_fingerprint",
     "study_name_problem",
+    "unknown_gpu_note",
 ]

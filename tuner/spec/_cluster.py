@@ -27,17 +27,20 @@ Example:
 
 from __future__ import annotations
 
+import difflib
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from helper.collectives import ALGOS, PROTOS, parse_nccl_setting
 from helper.gpus import GPUS
 from helper.mesh import Layout
 from helper.presets import MODEL_PRESETS, get_preset
 from helper.stacks import STACKS
 
-__all__ = ["LAYOUT_KNOBS", "stack_problem", "preset_problem", "sim_gpu_problem", "sim_physics_problem", "layout_problem",
-           "space_layout_problem", "sim_problem", "checkpoint_problem", "CHECKPOINT_MODES"]
+__all__ = ["LAYOUT_KNOBS", "nccl_problem", "stack_problem", "preset_problem", "unknown_gpu_note", "sim_gpu_problem",
+           "sim_physics_problem", "layout_problem", "space_layout_problem", "sim_problem", "checkpoint_problem",
+           "CHECKPOINT_MODES"]
 
 LAYOUT_KNOBS = ("sharding", "shard_group_size", "tp_degree")
 """The knobs that choose the mesh."""
@@ -55,11 +58,47 @@ CHECKPOINT_MODES = ("sync", "async")
 """[trial] checkpoint_mode: torch.distributed.checkpoint.save or async_save."""
 
 
+def nccl_problem(name: str, value: Any) -> str | None:
+    """Why ``value`` is not a setting NCCL reads for knob ``name`` (``nccl_algo``: NCCL_ALGO,
+    ``nccl_proto``: NCCL_PROTO; helper.collectives' grammar, NCCL's own), or None.
+
+    Example:
+        >>> nccl_problem("nccl_algo", "^Tree") is None, nccl_problem("nccl_proto", "LL256")
+        (True, "unknown NCCL value(s) ['ll256'] in 'LL256'; known: simple, ll128, ll")
+    """
+    universe = {"nccl_algo": ALGOS, "nccl_proto": PROTOS}.get(name)
+    if universe is None or not isinstance(value, str):
+        return None
+    try:
+        parse_nccl_setting(value, universe)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def preset_problem(preset: str) -> str | None:
     """Why helper has no such model preset, or None."""
     if preset in MODEL_PRESETS:
         return None
     return f"unknown preset {preset!r}; known: {', '.join(MODEL_PRESETS)}"
+
+
+def unknown_gpu_note(gpu: str) -> str | None:
+    """What a study on a GPU helper has no model of goes without, or None for one it knows (a
+    real cluster's GPU need not be one; a misspelt name should not pass unseen).
+
+    Example:
+        >>> unknown_gpu_note("H100-80GB") is None
+        True
+        >>> unknown_gpu_note("H100-80G").split(";")[0]
+        "cluster.gpu 'H100-80G' is not a GPU helper models (did you mean 'H100-80GB'?)"
+    """
+    if gpu in GPUS:
+        return None
+    close = difflib.get_close_matches(gpu, list(GPUS), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else f" (it models {', '.join(GPUS)})"
+    return (f"cluster.gpu {gpu!r} is not a GPU helper models{hint}; the search runs without helper's "
+            "predictions and memory screening (TPE under sampler `auto`)")
 
 
 def sim_gpu_problem(gpu: str) -> str | None:
@@ -161,6 +200,10 @@ def check_spec(space, baseline: Mapping[str, Any], cluster, preset: str | None, 
     if preset:
         arch = get_preset(preset)
         model_heads = (arch.n_heads, arch.n_kv_heads)
+    for k in space:
+        for v in (k.choices or ()):
+            if (problem := nccl_problem(k.name, v)):
+                raise fail(f"space.{k.name}", problem)
     choices = {k.name: list(k.values_for_grid()) for k in space if k.name in LAYOUT_KNOBS}
     found = checkpoint_problem(checkpoint_every=trial.checkpoint_every, checkpoint_mode=trial.checkpoint_mode,
                                checkpoint_dir=trial.checkpoint_dir)

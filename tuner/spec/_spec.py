@@ -208,6 +208,8 @@ def _check_study(s: StudySection, fail) -> None:
     problem = study_name_problem(s.name)
     if problem:
         raise fail("study.name", problem)
+    if not 0 <= s.seed < 2**32:  # numpy's and Optuna's seeds are unsigned 32-bit
+        raise fail("study.seed", f"must be an integer in [0, 2^32), got {s.seed}")
     if s.sampler not in SAMPLERS:
         raise fail("study.sampler", f"unknown sampler {s.sampler!r}; one of {', '.join(SAMPLERS)}")
     if not 0.0 <= s.ablation_share < 1.0:

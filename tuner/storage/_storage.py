@@ -131,6 +131,9 @@ def open_storage(
     """
     if "://" not in url:
         raise StorageError(f"storage {url!r} is not a URL; e.g. sqlite:///tuner.db or postgresql+psycopg2://user:pass@host/db")
+    if url.startswith("sqlite://") and not url[len("sqlite:///"):].strip():
+        raise StorageError(f"storage {url!r} names no database file; e.g. sqlite:///tuner.db "
+                           "(or sqlite:///:memory: for one that lives only as long as the process)")
     if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
         parent = Path(url[len("sqlite:///"):]).expanduser().resolve().parent
         if not parent.is_dir():
@@ -158,6 +161,9 @@ def open_storage(
                 continue
             if not create_tables and re.search(r"version_info.? does not exist|no such table: version_info", reason):
                 reason = "no Optuna tables here (no study has been run against it; `tuner run` creates them)"
+            if url.startswith("postgresql://") and re.search(r"psycopg|DB access module", reason):
+                reason += ("; the project installs psycopg2: name its driver in the URL, "
+                           "postgresql+psycopg2://user@host/db")
             raise StorageError(f"cannot open storage {redact_url(url)}: {reason}") from None
 
 

@@ -33,7 +33,7 @@ from tuner.budget import ledger_from_trials
 from tuner.errors import SpecError
 from tuner.launch import Launcher, TrialRequest, TrialResult, get_launcher
 from tuner.measurement import batch_means_ci
-from tuner.spec import StudySpec, study_name_problem
+from tuner.spec import StudySpec, study_name_problem, unknown_gpu_note
 from tuner.storage import (
     GRACE_PERIOD_S,
     HEARTBEAT_INTERVAL_S,
@@ -51,6 +51,7 @@ from tuner.storage import (
 from tuner.study._admission import admit, finished
 from tuner.study._breaker import DEFAULT_LIMIT, CircuitBreaker
 from tuner.study._heartbeat import Heartbeat, HeartbeatLost
+from tuner.study._interrupts import deferred_interrupt
 from tuner.study._lifecycle import RunSummary, open_study, retry_once, summarize
 from tuner.study._outcome import INTERRUPTED, Outcome, adaptive_bar, label_budget_stop, launch_gpus, outcome
 from tuner.study._preflight import check_runs_dir, needs_preflight, preflight
@@ -123,12 +124,14 @@ def run_study(spec: StudySpec, options: RunOptions,
 def _run_study(spec: StudySpec, options: RunOptions, on_event: Callable[[TrialEvent], None] | None,
                launcher: Launcher | None) -> RunSummary:
     emit = on_event or (lambda event: None)
-    name = options.study_name or spec.study.name
+    name = spec.study.name if options.study_name is None else options.study_name
     problem = study_name_problem(name)
     if problem:  # before anything is written
         raise SpecError(f"--study-name: {problem}")
     runs_dir = check_runs_dir(Path(options.runs_dir).resolve() / name)  # before a trial could fail on it
     launcher = launcher or get_launcher(spec)
+    if (note := unknown_gpu_note(spec.cluster.gpu)):
+        emit(TrialEvent(kind="note", message=note))
     if options.preflight and needs_preflight(spec, simulated=launcher.simulated):
         open_storage(options.storage_url, heartbeat=False).engine.dispose()  # a bad storage first: it is quicker
         emit(TrialEvent(kind="note", message=preflight(spec, launcher=launcher.name or None)))
@@ -171,8 +174,19 @@ def _run_study(spec: StudySpec, options: RunOptions, on_event: Callable[[TrialEv
             if options.max_trials is not None and launched >= options.max_trials:
                 stopped = "max_trials"
                 break
-            admitted = with_retries(lambda: admit(study, raw_storage, spec, limits, options.ablation, asked, launcher),
-                                    what="admitting a trial")
+            try:
+                with deferred_interrupt() as interrupt:  # a Ctrl-C here strands no trial
+                    admitted = with_retries(lambda: admit(study, raw_storage, spec, limits, options.ablation, asked,
+                                                          launcher), what="admitting a trial")
+            except KeyboardInterrupt:  # twice: at once
+                stopped = "interrupted"
+                raise
+            if interrupt.fired:
+                if admitted is not None:  # admitted, never launched: failed as interrupted, queued again
+                    _record_interrupted(study, admitted.trial, 0.0, "interrupted (Ctrl-C) before its launch; retried "
+                                                                 "on the next run")
+                stopped = "interrupted"
+                raise KeyboardInterrupt("interrupted while admitting a trial")
             if admitted is None:
                 # Nothing fits now. A trial running elsewhere (another coordinator's, or a dead
                 # one's until its heartbeat goes stale) may still free reserved budget or leave

@@ -22,7 +22,7 @@ import optuna
 from optuna.trial import TrialState
 
 from tuner.budget import ledger_from_trials
-from tuner.errors import StudyConflictError
+from tuner.errors import BudgetError, StudyConflictError
 from tuner.search import coordinator_seed, make_sampler
 from tuner.spec import StudySpec, baseline_params, spec_fingerprint
 from tuner.stats import ROLE_ATTRS, trial_status
@@ -134,9 +134,11 @@ def open_study(spec: StudySpec, *, storage_url: str, study_name: str | None = No
     Raises:
         StudyConflictError: the name is taken by a study with another spec, or there is no
             budget anywhere (flag, spec or study).
+        tuner.errors.BudgetError: a new study's budget is less than one trial's estimate, or a
+            resumed study's new budget is less than it has used.
         tuner.errors.StorageError: the storage cannot be opened.
     """
-    name = study_name or spec.study.name
+    name = spec.study.name if study_name is None else study_name
     spec_dict = spec.to_dict()
     fingerprint = spec_fingerprint(spec_dict)
     storage = open_storage(storage_url, stale_trial_callback=retry_once, grace_period_s=grace_period_s)
@@ -154,6 +156,11 @@ def open_study(spec: StudySpec, *, storage_url: str, study_name: str | None = No
                     f"Differences: {spec_diff(attrs['spec'], spec_dict)}")
             limit = float(attrs["budget_limit_gpu_seconds"])
             if budget_gpu_seconds is not None and budget_gpu_seconds != limit:
+                used = ledger_from_trials(study.get_trials(deepcopy=False), limit).used_gpu_seconds
+                if budget_gpu_seconds < used:
+                    raise BudgetError(f"--budget: {budget_gpu_seconds / 3600:g} GPU-h is less than the "
+                                      f"{used / 3600:.2f} GPU-h study {name!r} has already used; give at least "
+                                      f"that much (its budget now: {limit / 3600:g} GPU-h)")
                 if budget_gpu_seconds > limit and (attrs.get("ablation_planned") or attrs.get("ablation_stage")):
                     # an extended study searches on; its ablation is planned again against
                     # the new budget, for the best config found by then
@@ -163,10 +170,16 @@ def open_study(spec: StudySpec, *, storage_url: str, study_name: str | None = No
                 limit = budget_gpu_seconds
                 study.set_user_attr("budget_limit_gpu_seconds", limit)
             _own_sampler(study, spec)
+            if limit > float(attrs["budget_limit_gpu_seconds"]):  # extended now: the baseline runs
+                _requeue_skipped_baseline(study, spec)
             return study, limit
         limit = budget_gpu_seconds or spec.budget_gpu_seconds
         if limit is None:
             raise StudyConflictError(f"study {name!r}: no budget; pass --budget (e.g. 40gpuh) or set [budget] limit in the spec")
+        if limit < spec.first_estimate_gpu_seconds:
+            raise BudgetError(f"budget {limit / 3600:g} GPU-h is less than one trial: the first is estimated at "
+                              f"{spec.first_estimate_gpu_seconds / 3600:.2f} GPU-h ([trial] estimate_gpu_seconds, "
+                              "else timeout_s x the GPUs); give a budget of several trials")
         study = optuna.create_study(study_name=name, storage=storage, sampler=make_sampler(spec),
                                     direction="maximize")
         for key, value in _creation_attrs(spec, spec_dict, fingerprint, limit).items():
@@ -176,6 +189,15 @@ def open_study(spec: StudySpec, *, storage_url: str, study_name: str | None = No
         if base is not None:
             study.enqueue_trial(base, user_attrs={"role": "baseline"})
         return study, float(limit)
+
+
+def _requeue_skipped_baseline(study: optuna.Study, spec: StudySpec) -> None:
+    """Queue the baseline again when its only trials were skipped (a budget spent before it
+    ran): a resumed study measures its baseline, or it has no speedup and no ablation."""
+    base = baseline_params(spec)
+    runs = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("role") == "baseline"]
+    if base is not None and runs and all(t.user_attrs.get("status") == "skipped" for t in runs):
+        study.enqueue_trial(base, user_attrs={"role": "baseline"})
 
 
 def _own_sampler(study: optuna.Study, spec: StudySpec) -> None:
@@ -214,7 +236,8 @@ def summarize(study: optuna.Study, *, launched: int = 0, stopped: str = "") -> R
     trials = study.get_trials(deepcopy=False)
     limit = float(study.user_attrs.get("budget_limit_gpu_seconds", 0.0))
     statuses = Counter(trial_status(t) for t in trials
-                       if t.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED, TrialState.RUNNING))
+                       if t.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED, TrialState.RUNNING,
+                                      TrialState.WAITING))  # waiting: queued (a retry, an ablation run)
     best = None
     ok = [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("status") == "ok"]
     if ok:
