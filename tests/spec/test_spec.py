@@ -76,6 +76,8 @@ def test_minimal_spec_defaults(tmp_path):
     (('preset = "tiny"', 'preset = "tiny"\nstack = "deepspeed"'), "model.stack", "unknown stack 'deepspeed'"),
     (("seq_len = 64", 'seq_len = "long"'), "model.seq_len", "expected int"),
     (('backend = "gloo"', 'backend = "mpi"'), "cluster.backend", "unknown backend"),
+    (('backend = "gloo"', 'backend = "gloo"\ntime_limit = "12h"'), "cluster.time_limit", "'12h' is not a Slurm time"),
+    (('backend = "gloo"', 'backend = "gloo"\ntime_limit = "1-12:30"'), None, None),
     (("[cluster]", "[cluster]\nspeed = 3"), "cluster.speed", "unknown key"),
     (("micro_batch = 1\nnum", "micro_batch = 3\nnum"), "baseline.micro_batch", "outside the space"),
     (("num_workers = 0\n", "num_workers = 0\nprefetch_factor = 2\n"), "baseline.prefetch_factor",

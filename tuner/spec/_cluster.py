@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -38,9 +39,9 @@ from helper.mesh import Layout
 from helper.presets import MODEL_PRESETS, get_preset
 from helper.stacks import STACKS
 
-__all__ = ["LAYOUT_KNOBS", "nccl_problem", "stack_problem", "preset_problem", "unknown_gpu_note", "sim_gpu_problem",
-           "sim_physics_problem", "layout_problem", "space_layout_problem", "sim_problem", "checkpoint_problem",
-           "CHECKPOINT_MODES"]
+__all__ = ["LAYOUT_KNOBS", "nccl_problem", "stack_problem", "preset_problem", "unknown_gpu_note", "slurm_time_problem",
+           "sim_gpu_problem", "sim_physics_problem", "layout_problem", "space_layout_problem", "sim_problem",
+           "checkpoint_problem", "CHECKPOINT_MODES"]
 
 LAYOUT_KNOBS = ("sharding", "shard_group_size", "tp_degree")
 """The knobs that choose the mesh."""
@@ -81,6 +82,25 @@ def preset_problem(preset: str) -> str | None:
     if preset in MODEL_PRESETS:
         return None
     return f"unknown preset {preset!r}; known: {', '.join(MODEL_PRESETS)}"
+
+
+_SLURM_TIME = re.compile(r"(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2}|UNLIMITED|INFINITE)", re.IGNORECASE)
+
+
+def slurm_time_problem(value: str) -> str | None:
+    """Why ``value`` is not a Slurm ``--time`` (sbatch(1): minutes, MM:SS, HH:MM:SS, D-HH,
+    D-HH:MM, D-HH:MM:SS), or None.
+
+    Example:
+        >>> slurm_time_problem("02:00:00") is None, slurm_time_problem("1-12") is None
+        (True, True)
+        >>> slurm_time_problem("12h")
+        "'12h' is not a Slurm time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 12:00:00)"
+    """
+    if _SLURM_TIME.fullmatch(str(value).strip()):
+        return None
+    return (f"{value!r} is not a Slurm time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS "
+            "(e.g. 12:00:00)")
 
 
 def unknown_gpu_note(gpu: str) -> str | None:

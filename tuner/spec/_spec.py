@@ -21,7 +21,14 @@ from typing import Any
 from tuner.budget import parse_budget
 from tuner.errors import BudgetError, SpecError
 from tuner.knobs import KNOBS, LAUNCH_KNOBS, activity_rule, is_active, value_problem
-from tuner.spec._cluster import check_spec, preset_problem, sim_gpu_problem, sim_physics_problem, stack_problem
+from tuner.spec._cluster import (
+    check_spec,
+    preset_problem,
+    sim_gpu_problem,
+    sim_physics_problem,
+    slurm_time_problem,
+    stack_problem,
+)
 from tuner.spec._fingerprint import FINGERPRINT_WHEN_SET, spec_fingerprint
 from tuner.spec._sections import (
     BACKENDS,
@@ -270,6 +277,8 @@ def _check_cluster(c: ClusterSection, base_dir: Path, fail) -> ClusterSection:
         raise fail("cluster.gpus_per_node", f"must be >= 1, got {c.gpus_per_node}")
     if c.launcher == "sim" and (problem := sim_gpu_problem(c.gpu)):
         raise fail("cluster.gpu", problem)
+    if c.time_limit is not None and (problem := slurm_time_problem(c.time_limit)):
+        raise fail("cluster.time_limit", problem)
     if problem := sim_physics_problem(c.sim_physics):
         raise fail("cluster.sim_physics", problem)
     if c.shared_dir is not None:
