@@ -309,6 +309,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_distill(args: argparse.Namespace) -> int:
     from tuner.plan import distill
     result = distill(_storage(args), args.study_name, args.out)
+    if (warning := result.get("provenance", {}).get("warning")):
+        simulated = ", ".join(result["provenance"].get("simulated_studies", []))
+        print(f"tuner distill: warning: {warning} ({simulated})", file=sys.stderr)
     quality = result.get("quality", {})
     print(json.dumps(quality, indent=2))
     print(f"wrote {args.out}")

@@ -163,3 +163,13 @@ def test_hsdp_and_tp_trials_are_fitted_through_helper_layouts(tmp_path):
     tp = next(m for m in ms if m.get("layout", {}).get("tp") == 2)
     plan, _ = measurement_plan(tp)
     assert layout_speed_ratio(plan, Layout(**tp["layout"]), resolve_constants(None, "cpu")[0]) < 1
+
+
+def test_the_command_warns_on_stderr_when_a_study_was_simulated(tmp_path, capsys):
+    from tuner.cli import main
+
+    url = f"sqlite:///{tmp_path / 'tuner.db'}"
+    _make_study(url).set_user_attr("simulated", True)
+    assert main(["distill", "--storage", url, "--study-name", "q", "--out", str(tmp_path / "c.json")]) == 0
+    err = capsys.readouterr().err
+    assert "tuner distill: warning: some trials came from the sim launcher" in err and err.rstrip().endswith("(q)")
