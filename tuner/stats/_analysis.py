@@ -275,12 +275,13 @@ def format_summary(analysis: dict[str, Any]) -> str:
     best = analysis["best"]
     if best:
         if analysis["baseline"] and best["trial"] == analysis["baseline"]["trial"]:
-            note = " (the baseline itself)"
+            note = "; the baseline itself"
         else:
-            note = (" (confirmation runs that did not choose it)" if best["winners_curse_adjusted"]
-                    else " (re-measured once: the run that chose it, may read high)" if best.get("remeasure_trials")
-                    else " (search trial; not re-measured)")
-        lines.append(f"best (trial {best['trial']}){note}: {_fmt_ci(best['tokens_per_sec_per_gpu'])} tokens/s/GPU")
+            note = ("; read from confirmation runs, not the runs that chose it" if best["winners_curse_adjusted"]
+                    else "; from its one re-measurement, the run that chose it: may read high"
+                    if best.get("remeasure_trials") else "; one search run, never re-measured")
+        lines.append(f"recommended (trial {best['trial']}): {_fmt_ci(best['tokens_per_sec_per_gpu'])} tokens/s/GPU"
+                     f"{note}")
         if best["speedup_vs_baseline"]:
             nm = analysis.get("noise_model") or {}
             basis = ("launch-to-launch variation from re-measurements" if nm.get("run_to_run_measured_df")
