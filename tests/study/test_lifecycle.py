@@ -7,7 +7,7 @@ from optuna.trial import TrialState
 from tests.spine_helpers import fast_spec
 from tuner.errors import BudgetError, StudyConflictError
 from tuner.storage import end_if_waiting, open_storage
-from tuner.study import load_existing_study, open_study, retry_once
+from tuner.study import check_joinable, load_existing_study, open_study, retry_once
 
 
 def test_joining_with_another_spec_is_refused_with_a_diff(tmp_path, storage_url):
@@ -16,6 +16,17 @@ def test_joining_with_another_spec_is_refused_with_a_diff(tmp_path, storage_url)
     other = fast_spec(tmp_path, timeout_s=99)
     with pytest.raises(StudyConflictError, match=r"trial.timeout_s: 60(\.0)? -> 99"):
         open_study(other, storage_url=storage_url)
+
+
+def test_a_study_of_the_name_with_another_spec_is_found_before_anything_is_written(tmp_path, storage_url):
+    spec = fast_spec(tmp_path)
+    storage = open_storage(storage_url, heartbeat=False)
+    check_joinable(storage, "fast", spec)                      # no such study yet: fine
+    open_study(spec, storage_url=storage_url, budget_gpu_seconds=50.0)
+    check_joinable(storage, "fast", spec)                      # the same spec: fine
+    with pytest.raises(StudyConflictError, match=r"exists with another spec.*trial.timeout_s: 60(\.0)? -> 99"):
+        check_joinable(storage, "fast", fast_spec(tmp_path, timeout_s=99))
+    assert len(optuna.load_study(study_name="fast", storage=storage_url).trials) == 1   # only the baseline
 
 
 def test_no_budget_anywhere_is_an_error_and_creates_nothing(tmp_path, storage_url):

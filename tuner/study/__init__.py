@@ -43,6 +43,7 @@ from tuner.study._heartbeat import (
 )
 from tuner.study._lifecycle import (
     RunSummary,
+    check_joinable,
     enqueue_lost_retries,
     load_existing_study,
     open_study,
@@ -87,6 +88,7 @@ __all__ = [
     "TrialEvent",
     "adaptive_bar",
     "best_lower_bound",
+    "check_joinable",
     "check_runs_dir",
     "local_device_problem",
     "end_unrun",

@@ -52,7 +52,7 @@ from tuner.study._admission import admit, finished
 from tuner.study._breaker import DEFAULT_LIMIT, CircuitBreaker
 from tuner.study._heartbeat import Heartbeat, HeartbeatLost
 from tuner.study._interrupts import deferred_interrupt
-from tuner.study._lifecycle import RunSummary, open_study, retry_once, summarize
+from tuner.study._lifecycle import RunSummary, check_joinable, open_study, retry_once, summarize
 from tuner.study._outcome import INTERRUPTED, Outcome, adaptive_bar, label_budget_stop, launch_gpus, outcome
 from tuner.study._preflight import check_runs_dir, needs_preflight, preflight
 
@@ -133,7 +133,11 @@ def _run_study(spec: StudySpec, options: RunOptions, on_event: Callable[[TrialEv
     if (note := unknown_gpu_note(spec.cluster.gpu)):
         emit(TrialEvent(kind="note", message=note))
     if options.preflight and needs_preflight(spec, simulated=launcher.simulated):
-        open_storage(options.storage_url, heartbeat=False).engine.dispose()  # a bad storage first: it is quicker
+        storage = open_storage(options.storage_url, heartbeat=False)  # a bad storage first: it is quicker,
+        try:
+            check_joinable(storage, name, spec)  # and so is a study of this name with another spec
+        finally:
+            storage.engine.dispose()
         emit(TrialEvent(kind="note", message=preflight(spec, launcher=launcher.name or None)))
     study, limit = open_study(spec, storage_url=options.storage_url, study_name=options.study_name,
                               budget_gpu_seconds=options.budget_gpu_seconds,

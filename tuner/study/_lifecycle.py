@@ -147,13 +147,7 @@ def open_study(spec: StudySpec, *, storage_url: str, study_name: str | None = No
         if exists:
             study = optuna.load_study(study_name=name, storage=storage, sampler=make_sampler(spec))
             attrs = study.user_attrs
-            if "spec_fingerprint" not in attrs:
-                raise StudyConflictError(f"study {name!r} exists but was not created by tuner (no spec attr); "
-                                         "choose another --study-name")
-            if attrs["spec_fingerprint"] != fingerprint:
-                raise StudyConflictError(
-                    f"study {name!r} exists with another spec; use the same spec or another --study-name. "
-                    f"Differences: {spec_diff(attrs['spec'], spec_dict)}")
+            _check_same_spec(name, attrs, spec_dict, fingerprint)
             limit = float(attrs["budget_limit_gpu_seconds"])
             if budget_gpu_seconds is not None and budget_gpu_seconds != limit:
                 used = ledger_from_trials(study.get_trials(deepcopy=False), limit).used_gpu_seconds
@@ -189,6 +183,26 @@ def open_study(spec: StudySpec, *, storage_url: str, study_name: str | None = No
         if base is not None:
             study.enqueue_trial(base, user_attrs={"role": "baseline"})
         return study, float(limit)
+
+
+def check_joinable(storage: Any, name: str, spec: StudySpec) -> None:
+    """Raise StudyConflictError, writing nothing, when study ``name`` exists in ``storage`` (an
+    open Optuna storage) under another spec: what :func:`open_study` would refuse, asked before
+    a run's slower checks (the preflight loads the data and the tokenizer)."""
+    for summary in storage.get_all_studies():
+        if summary.study_name == name:
+            spec_dict = spec.to_dict()
+            _check_same_spec(name, summary.user_attrs, spec_dict, spec_fingerprint(spec_dict))
+
+
+def _check_same_spec(name: str, attrs: dict[str, Any], spec_dict: dict[str, Any], fingerprint: str) -> None:
+    if "spec_fingerprint" not in attrs:
+        raise StudyConflictError(f"study {name!r} exists but was not created by tuner (no spec attr); "
+                                 "choose another --study-name")
+    if attrs["spec_fingerprint"] != fingerprint:
+        raise StudyConflictError(
+            f"study {name!r} exists with another spec; use the same spec or another --study-name. "
+            f"Differences: {spec_diff(attrs['spec'], spec_dict)}")
 
 
 def _requeue_skipped_baseline(study: optuna.Study, spec: StudySpec) -> None:
