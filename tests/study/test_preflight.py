@@ -60,6 +60,17 @@ def test_a_data_file_that_cannot_serve_a_trial_is_one_line_naming_it(tmp_path, n
     assert message.startswith(f"preflight: data.source {data}") and "\n" not in message
 
 
+def test_a_dataset_the_hub_cannot_serve_says_how_to_read_it_locally(tmp_path, monkeypatch):
+    import objectives.data
+
+    def unreachable(data):
+        raise ConnectionError("Couldn't reach 'someone/alpaca' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(objectives.data, "load_examples", unreachable)
+    with pytest.raises(PreflightError, match=r"the hub cannot be reached from this machine: give a local path"):
+        preflight(workload_spec(tmp_path))
+
+
 def test_a_model_path_without_dot_slash_goes_to_the_hub_and_says_so(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")      # no network here: fail at once, as an unreachable hub does
     (tmp_path / "models" / "llama-tiny").mkdir(parents=True)

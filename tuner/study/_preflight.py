@@ -67,8 +67,11 @@ def preflight(spec: StudySpec, *, launcher: str | None = None) -> str:
     try:
         examples = load_examples(data)
     except Exception as exc:  # noqa: BLE001 - whatever datasets raises, it is this file's fault
-        raise PreflightError(f"preflight: data.source {source}: cannot be loaded ({_why(exc)}); "
-                             "it must be Alpaca-style records (instruction, input, output)") from None
+        network = isinstance(exc, (ConnectionError, TimeoutError)) or "connection" in type(exc).__name__.lower()
+        why = ("the hub cannot be reached from this machine: give a local path (a JSON/JSONL file or a "
+               "datasets folder), or set HF_HUB_OFFLINE=1 to read the local cache" if network
+               else "it must be Alpaca-style records (instruction, input, output)")
+        raise PreflightError(f"preflight: data.source {source}: cannot be loaded ({_why(exc)}); {why}") from None
     if not examples:
         raise PreflightError(f"preflight: data.source {source}: no examples (an empty file or `[]`)")
     try:
