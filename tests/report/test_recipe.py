@@ -89,3 +89,17 @@ def test_a_listed_knob_whose_revert_read_faster_says_so_not_just_not_significant
     a["what_matters"][0]["ablation"] = {**channel, "impact": 0.05, "ci95": [-0.02, 0.12], "p_value": 0.2}
     line = next(ln for ln in render_recipe(a).splitlines() if ln.startswith("1. **num_workers = 4**"))
     assert "not significant after Holm" in line
+
+
+def test_a_knob_the_ablation_cannot_rule_out_is_undecided_not_quiet(analysis):
+    """Issue 29 item 3: where both channels lack the power, RECIPE says so per knob instead of
+    listing it with the knobs that showed no effect."""
+    a = copy.deepcopy(analysis)
+    a["undecided"] = [{"knob": "prefetch_factor", "impact": 0.04, "ci95": [-0.06, 0.15]}]
+    a["importance"] = [*a["importance"], {"knob": "prefetch_factor", "total": 0.01, "ci95": [0.0, 0.02],
+                                           "matters": False}]
+    text = render_recipe(a)
+    line = next(ln for ln in text.splitlines() if ln.startswith("Undecided:"))
+    assert "prefetch_factor (+4.0%, 95% CI -6.0% to +15.0%)" in line and "10% or more" in line
+    quiet = [ln for ln in text.splitlines() if ln.startswith("Not distinguishable")]
+    assert all("prefetch_factor" not in ln for ln in quiet)

@@ -188,6 +188,19 @@ def test_what_matters_takes_both_channels_and_says_when_neither_has_power():
     assert "Neither channel" in what_matters_power(none, quiet, {"n_trials": 60, "oob_r2": 0.1})
 
 
+def test_a_knob_neither_channel_lists_whose_ablation_ci_reaches_ten_percent_is_undecided():
+    from tuner.stats import UNDECIDED_EFFECT, undecided_knobs
+
+    importance = [{"knob": "a", "total": 0.5, "ci95": [0.4, 0.6], "matters": True}]
+    ablation = {"knobs": [{"knob": "a", "impact": 0.02, "ci95": [-0.05, 0.19], "significant": False},   # listed
+                          {"knob": "w", "impact": 0.05, "ci95": [-0.04, 0.14], "significant": False},
+                          {"knob": "v", "impact": 0.06, "ci95": [-0.01, 0.20], "significant": False},
+                          {"knob": "s", "impact": 0.30, "ci95": [0.20, 0.40], "significant": True},    # listed
+                          {"knob": "q", "impact": 0.01, "ci95": [-0.02, 0.04], "significant": False}]} # ruled out
+    assert UNDECIDED_EFFECT == 0.10
+    assert [d["knob"] for d in undecided_knobs(importance, ablation)] == ["v", "w"]
+
+
 def test_reverts_are_measured_against_the_rounds_best_when_its_first_re_measurement_failed():
     """The round runs best, baseline, ..., best again: with the best's first run out of memory,
     the first re-measurement that ran ok is the baseline's, and every revert measured against

@@ -286,7 +286,13 @@ def _what_matters(analysis, params) -> list[str]:
                       "measure it before relying on it): " + "; ".join(
                           f"{k} (trial {f['trial']}, {f['status'].replace('_', ' ')})" for k, f in unmeasured.items())
                   + "."]
-    quiet = [k for k in quiet if k not in unmeasured]
+    undecided = {d["knob"]: d for d in analysis.get("undecided") or () if d["knob"] not in unmeasured}
+    if undecided:
+        lines += ["", "Undecided: neither channel lists them, but the ablation cannot rule out a one-knob effect of "
+                      "10% or more at this config (too few runs to tell; measure them again before fixing them): "
+                  + "; ".join(f"{k} ({d['impact']:+.1%}, 95% CI {d['ci95'][0]:+.1%} to {d['ci95'][1]:+.1%})"
+                              for k, d in undecided.items()) + "."]
+    quiet = [k for k in quiet if k not in unmeasured and k not in undecided]
     if quiet:
         lines += ["", "Not distinguishable from a random placebo knob here (no evidence they matter; "
                       f"not proof they do not): {', '.join(quiet)}."]

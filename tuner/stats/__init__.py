@@ -47,6 +47,8 @@ _EXPORTS = {
     "run_variance": ("tuner.stats._configs", "run_variance"),
     "what_matters": ("tuner.stats._recommend", "what_matters"),
     "what_matters_power": ("tuner.stats._recommend", "what_matters_power"),
+    "undecided_knobs": ("tuner.stats._recommend", "undecided_knobs"),
+    "UNDECIDED_EFFECT": ("tuner.stats._recommend", "UNDECIDED_EFFECT"),
     "MAX_ROUNDS": ("tuner.stats._runoff", "MAX_ROUNDS"),
     "N_BOOT": ("tuner.stats._importance", "N_BOOT"),
     "MIN_SURROGATE_SD": ("tuner.stats._runoff", "MIN_SURROGATE_SD"),

@@ -40,7 +40,14 @@ from tuner.stats._diagnostics import noise_diagnostics
 from tuner.stats._drift import run_cis
 from tuner.stats._failures import FAILURE_STATUSES, level_failures
 from tuner.stats._importance import N_BOOT, knob_importance
-from tuner.stats._recommend import ablation_effects, recommend, what_matters, what_matters_power
+from tuner.stats._recommend import (
+    UNDECIDED_EFFECT,
+    ablation_effects,
+    recommend,
+    undecided_knobs,
+    what_matters,
+    what_matters_power,
+)
 from tuner.stats._record import StudyRecord, TrialRecord, study_record
 from tuner.stats._trial_ci import trial_cis
 
@@ -195,6 +202,7 @@ def analyze_record(record: StudyRecord, *, n_boot: int = N_BOOT, seed: int = 0) 
         "top_knobs": [d["knob"] for d in importance if d["total"] is not None][:3],
         "what_matters": what_matters(importance, ablation),
         "what_matters_note": what_matters_power(importance, ablation, importance_model),
+        "undecided": undecided_knobs(importance, ablation),
         "noise_diagnostics": noise_diagnostics(trials, cis, noise, launch, drift_model, stall_model),
         "failure_rates": levels,
         "marginal_effects": marginal_effects(trials, knobs, levels), "ablation": ablation,
@@ -331,6 +339,11 @@ def format_summary(analysis: dict[str, Any]) -> str:
                                                if i else "-"))
     elif analysis.get("what_matters_note"):
         lines.append(analysis["what_matters_note"])
+    if analysis.get("undecided"):
+        lines.append(f"undecided (neither channel lists them; the ablation's CI still admits a {UNDECIDED_EFFECT:.0%} "
+                     "effect or more: too few runs to tell): " + "; ".join(
+                         f"{d['knob']} {d['impact']:+.1%} [{d['ci95'][0]:+.1%}, {d['ci95'][1]:+.1%}]"
+                         for d in analysis["undecided"]))
     if analysis.get("ablation"):
         lines.append("ablation (re-measured best vs that knob at the baseline's value, or moved where the best has "
                      "the baseline's; Holm-corrected, one-sided: significant when the revert reads slower):")

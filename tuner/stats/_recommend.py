@@ -26,7 +26,11 @@ from tuner.stats._record import TrialRecord
 from tuner.stats._runoff import RUNOFF, ranked_remeasured
 from tuner.stats._smoothing import smoothed_values
 
-__all__ = ["recommend", "ablation_effects", "what_matters", "what_matters_power"]
+__all__ = ["recommend", "ablation_effects", "what_matters", "what_matters_power", "undecided_knobs", "UNDECIDED_EFFECT"]
+
+UNDECIDED_EFFECT = 0.10
+"""A knob outside What matters is `undecided` when its ablation CI still admits a one-knob
+effect this large at the recommended config (issue 29's "moves throughput by >= 10%")."""
 
 
 
@@ -303,6 +307,23 @@ def what_matters(importance: Sequence[dict[str, Any]], ablation: dict[str, Any] 
             rows.append({"knob": d["knob"], "source": "importance", "total": d["total"], "ci95": d["ci95"],
                          "evidence": ["importance"], **channels(d["knob"])})
     return rows
+
+
+def undecided_knobs(importance: Sequence[dict[str, Any]], ablation: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Knobs neither channel lists whose ablation CI reaches an effect of :data:`UNDECIDED_EFFECT`
+    or more (the best faster than the revert): the study lacked the power to tell, not
+    evidence that they do not matter. Each: knob, impact, ci95, by the CI's reach.
+
+    Example:
+        >>> abl = {"knobs": [{"knob": "w", "impact": 0.04, "ci95": [-0.06, 0.15], "significant": False},
+        ...                  {"knob": "p", "impact": 0.0, "ci95": [-0.03, 0.03], "significant": False}]}
+        >>> [d["knob"] for d in undecided_knobs([], abl)]
+        ['w']
+    """
+    listed = {r["knob"] for r in what_matters(importance, ablation)}
+    out = [{"knob": e["knob"], "impact": e["impact"], "ci95": e["ci95"]} for e in (ablation or {}).get("knobs", [])
+           if e["knob"] not in listed and not e.get("significant") and e["ci95"][1] >= UNDECIDED_EFFECT]
+    return sorted(out, key=lambda d: -d["ci95"][1])
 
 
 def what_matters_power(importance: Sequence[dict[str, Any]], ablation: dict[str, Any] | None,
