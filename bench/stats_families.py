@@ -26,8 +26,9 @@ bench/stats_score.py says what each column measures. Columns:
   baseline, in %, with its standard error; *speedup covers*: its 95% CI holds the truth;
 - *top k right*: ``top_knobs``' first k are the true k largest one-knob effects;
 - *What matters, >= 10% knobs*: (knob, study) pairs listed, for knobs whose one-knob change at
-  the optimum moves throughput >= 10%, and the worst such knob; *no-effect knobs*: pairs
-  listed, and studies with any;
+  the optimum moves throughput >= 10%, and the worst such knob, and of the pairs not listed
+  how many analysis.json names ``undecided`` (its ablation CI still reaches 10%); *no-effect
+  knobs*: pairs listed, studies with any, and pairs named undecided;
 - *rec. fails >= 25%*: studies recommending a config whose true failure rate is >= 25%, and
   how many of them analysis.json flags at the top; *risk flag*: studies (of all) whose
   recommendation carries ``best.failure.risk_flagged`` (false alarms where nothing fails);
@@ -64,7 +65,7 @@ N_BOOT = 200
 
 
 _KEPT = ("best", "baseline", "what_matters", "top_knobs", "noise_model", "noise_diagnostics", "ablation",
-         "failure_rates")
+         "failure_rates", "undecided")
 _KEPT_IMPORTANCE = ("knob", "total", "first_order", "matters", "vs_placebo_ci95")
 _KEPT_TRIAL = ("trial", "params", "status", "ablation_knob", "tokens_per_sec_per_gpu", "warmup_steps_dropped")
 
@@ -125,8 +126,10 @@ def _row(family: str, s: dict[str, Any]) -> str:
         _frac(s["rec_cover"]), rec_bias, _frac(s["base_cover"]),
         f"{_pct(s['rec_hw'])} ({_pct(s['rec_oracle_hw'])})", f"{_pct(s['base_hw'])} ({_pct(s['base_oracle_hw'])})",
         bias, _frac(s["speed_cover"]), _frac(s["top_right"]),
-        (f"{hits / total:.2f}; worst {worst[0]} {worst[1][0]}/{worst[1][1]}" if worst else "-"),
-        f"{_frac(s['null_listed'])}; {s['null_listed_studies']} studies",
+        (f"{hits / total:.2f}; worst {worst[0]} {worst[1][0]}/{worst[1][1]}" if worst else "-")
+        + (f"; misses undecided {s['undecided'][0]}/{s['undecided'][1]}" if s.get("undecided") else ""),
+        f"{_frac(s['null_listed'])}; {s['null_listed_studies']} studies"
+        + (f"; undecided {s['undecided'][2]}/{s['undecided'][3]}" if s.get("undecided") else ""),
         f"{fails[1]} ({fails[0]} flagged); risk flag {s.get('risk_flagged', 0)}/{s['studies']}",
         f"{s['phi_at_bound'][0]}/{s['phi_at_bound'][1]}",
         dropped, flags, f"{s.get('winners_curse_adjusted', 0)}/{s['studies']}", f"{s['cpu_s']:.1f} |"])

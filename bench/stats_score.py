@@ -123,6 +123,12 @@ def score(fam: Family, noise: Noise, launch_rate: dict[int, float], analysis: di
     big = sorted((k for k, e in effects.items() if e >= EFFECT_THRESHOLD), key=lambda k: -effects[k])
     row["big_listed"] = {k: k in listed for k in big}
     row["null_listed"] = {k: k in listed for k in sorted(fam.placebo)}
+    if "undecided" in analysis:   # knobs neither channel lists whose ablation CI reaches 10%
+        undecided = {d["knob"] for d in analysis["undecided"]}
+        missed = [k for k in big if k not in listed]
+        nulls = [k for k in sorted(fam.placebo) if k not in listed]
+        row["undecided"] = (sum(k in undecided for k in missed), len(missed),
+                            sum(k in undecided for k in nulls), len(fam.placebo))
     k = min(3, len(big))
     row["top_right"] = set(analysis["top_knobs"][:k]) == set(big[:k]) if k else None
     noise_model = analysis.get("noise_model") or {}
@@ -172,6 +178,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out["big_listed"] = {k: (sum(v), len(v)) for k, v in by_knob.items()}
     out["null_listed"] = (sum(sum(r["null_listed"].values()) for r in rows), sum(len(r["null_listed"]) for r in rows))
     out["null_listed_studies"] = sum(any(r["null_listed"].values()) for r in rows)
+    und = [r["undecided"] for r in rows if r.get("undecided") is not None]
+    out["undecided"] = tuple(sum(u[i] for u in und) for i in range(4)) if und else None
     out["flags"] = {}
     for key in FLAG_KEYS:
         vals = [r["flags"][key] for r in rows if r["flags"][key] is not None]
