@@ -21,7 +21,7 @@ from helper.collectives import UnsupportedCollective
 from helper.global_batch import BATCH_TOLERANCE, split_global_batch
 from helper.gpus import get_gpu, gib
 from helper.memory import estimate_memory, normalize_sharding
-from helper.plan import dataset_global_batch, plan_training
+from helper.plan import dataset_global_batch, node_split, plan_training
 from helper.sizes import parse_dataset_size, parse_model_size
 from helper.stacks import resolve_stack
 from helper.throughput import (
@@ -151,10 +151,12 @@ def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: 
     for name, value, low in (("gpu_count", gpu_count, 1), ("gpus_per_node", gpus_per_node, 1), ("seq_len", seq_len, 8)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    if gpu_count > gpus_per_node and gpu_count % gpus_per_node:
-        raise ValueError(f"gpu_count {gpu_count} is not a whole number of {gpus_per_node}-GPU nodes; give a multiple "
-                         f"of gpus_per_node ({gpu_count // gpus_per_node * gpus_per_node} or "
-                         f"{-(-gpu_count // gpus_per_node) * gpus_per_node}) or the GPUs per node the cluster has")
+    # nodes as the plan spreads them (helper.plan.node_split: 12 on nodes of 8 run as 2 x 6; a
+    # count no even split reaches is a ValueError naming the nearest that are)
+    nodes, per_node = node_split(gpu_count, gpus_per_node)
+    split_note = (f"{gpu_count} GPUs run as {nodes} nodes x {per_node}: {gpus_per_node - per_node} GPUs of each node "
+                  "stay idle (a multiple of the node size uses them)" if per_node < gpus_per_node and nodes > 1 else None)
+    gpus_per_node = per_node if nodes > 1 else gpus_per_node
     if global_batch is not None and (isinstance(global_batch, bool) or not isinstance(global_batch, int)):
         raise ValueError(f"global_batch must be an integer, got {global_batch!r}")
     if not (isinstance(memory_headroom, (int, float)) and 0 <= memory_headroom < 1):
@@ -175,6 +177,8 @@ def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: 
         global_batch, batch_note, warnings = dataset_global_batch(
             shape.n_params, examples, mean_tokens_per_example=mean_tokens, seq_len=seq_len, padding=padding,
             gpu_count=gpu_count)
+    if split_note:
+        warnings = [*warnings, split_note]
     layout, layout_note = _planned_layout(model_size, gpu_count, spec, seq_len, gpus_per_node, examples * mean_tokens,
                                           global_batch, cal, memory_headroom, st)
 
