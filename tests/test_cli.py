@@ -268,3 +268,13 @@ def test_every_command_has_a_description_and_defaults_show(capsys):
         assert not paragraphs[1].startswith("options:"), f"`tuner {name} --help` has no description"
         if name == "report":
             assert "default 1e+09" in " ".join(paragraphs[-1].split())
+
+
+def test_a_misspelt_option_is_named_by_its_commands_parser(capsys):
+    from tuner import cli
+
+    with pytest.raises(SystemExit) as info:
+        cli.main(["run", "--study", "s.toml", "--budgett", "4gpuh"])
+    err = capsys.readouterr().err.strip()
+    assert info.value.code == 2 and err == ("tuner run: error: unrecognized arguments: --budgett 4gpuh "
+                                            "(see `tuner run --help`)")
