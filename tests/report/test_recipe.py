@@ -103,3 +103,29 @@ def test_a_knob_the_ablation_cannot_rule_out_is_undecided_not_quiet(analysis):
     assert "prefetch_factor (+4.0%, 95% CI -6.0% to +15.0%)" in line and "10% or more" in line
     quiet = [ln for ln in text.splitlines() if ln.startswith("Not distinguishable")]
     assert all("prefetch_factor" not in ln for ln in quiet)
+
+
+def test_a_recommendation_on_another_global_batch_says_so_at_the_top(analysis):
+    a = copy.deepcopy(analysis)
+    a["best"]["params"].update(micro_batch=4, grad_accum=1, padding="packed")
+    a["baseline"]["params"].update(micro_batch=2, grad_accum=4, padding="max_length")
+    text = render_recipe(a)
+    line = next(ln for ln in text.splitlines() if ln.startswith("> **The global batch changes**"))
+    assert "128 rows per optimizer step (micro_batch 4 x grad_accum 1 x 32 GPUs) against today's 256" in line
+    assert "padding max_length -> packed" in line and "grad_accum 2, measure it before switching" in line
+    assert text.index("The global batch changes") < text.index("## Apply")
+    a["best"]["params"].update(micro_batch=2, grad_accum=4)                    # the same batch: nothing to say
+    assert "The global batch changes" not in render_recipe(a)
+
+
+def test_a_knob_whose_revert_failed_is_said_so_not_called_placebo_like(analysis):
+    a = copy.deepcopy(analysis)
+    a["ablation"] = {**(a.get("ablation") or {}), "knobs": [], "not_measured": [],
+                     "failed": [{"knob": "grad_accum", "status": "oom", "trial": 204, "remeasure": False},
+                                {"knob": None, "status": "error", "trial": 205, "remeasure": True}]}
+    a["what_matters"], a["undecided"] = [], []
+    a["importance"] = [*a["importance"], {"knob": "grad_accum", "total": 0.01, "ci95": [0.0, 0.02], "matters": False}]
+    text = render_recipe(a)
+    assert "could not measure them (the recommended level is the one that runs here): grad_accum (trial 204, " \
+           "out of memory)." in text
+    assert all("grad_accum" not in ln for ln in text.splitlines() if ln.startswith("Not distinguishable"))

@@ -85,6 +85,32 @@ def test_a_retry_keeps_why_its_trial_ran_and_a_cut_retry_is_queued_again(tmp_pat
     assert study.get_trials()[-1].user_attrs["retry_of"] == cut.number and len(study.get_trials()) == 5
 
 
+def test_a_proposal_cut_off_before_it_had_a_config_is_not_retried_with_an_unscreened_one(tmp_path):
+    """A storage outage mid-admission left a search trial FAIL with no params; its retry (a
+    queued, deliberate run) took a fresh config past screening: a Tree+LL config the NCCL
+    preflight had pruned twice launched and failed. Nothing to retry: the next ask proposes."""
+    from tuner.study import enqueue_lost_retries
+
+    spec = fast_spec(tmp_path)
+    study, _ = open_study(spec, storage_url=f"sqlite:///{tmp_path}/t.db", budget_gpu_seconds=40.0)
+    study.enqueue_trial({"micro_batch": 2, "padding": "packed", "nccl_algo": "Ring"}, user_attrs={"role": "ablation"})
+    baseline, queued = study.get_trials(states=(TrialState.WAITING,))
+    cut = study.ask()                                  # pops the baseline, the params not yet suggested
+    assert cut.number == baseline.number and study.get_trials()[cut.number].params == {}
+    for t in (cut, study.ask()):                      # the baseline, then the queued ablation run
+        study._storage.set_trial_user_attr(t._trial_id, "status", "interrupted")
+        study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+    proposal = study.ask()                            # a search proposal: no fixed params at all
+    study._storage.set_trial_user_attr(proposal._trial_id, "status", "interrupted")
+    study._storage.set_trial_state_values(proposal._trial_id, TrialState.FAIL)
+    assert enqueue_lost_retries(study, study.get_trials()) == [baseline.number, queued.number]
+    retry_once(study, study.get_trials()[proposal.number])       # the coordinator's own call: nothing
+    assert enqueue_lost_retries(study, study.get_trials()) == []  # and nothing owed
+    retries = study.get_trials(states=(TrialState.WAITING,))
+    assert [(r.user_attrs["retry_of"], r.system_attrs["fixed_params"]) for r in retries] == [
+        (baseline.number, baseline.system_attrs["fixed_params"]), (queued.number, queued.system_attrs["fixed_params"])]
+
+
 def test_a_missing_study_is_named_without_the_password(pg_url):
     url = pg_url.replace("postgres@", "postgres:s3cret@")  # trust auth ignores it; errors must not show it
     optuna.create_study(study_name="there", storage=open_storage(url))

@@ -157,6 +157,7 @@ def render_recipe(analysis: dict[str, Any], *, planned_tokens: float | None = No
     if not best.get("reliable", True):
         lines += ["> **Warning: every config that beat the others fails often; this one too.**", ""]
     lines += _headline_line(analysis, planned, world)
+    lines += _batch_note(params, base, world)
     forced: dict[str, str] = {}
     if cluster.get("backend") == "gloo":  # NCCL's variables do nothing on gloo (CPU) runs
         env, unset = ["# NCCL_ALGO / NCCL_PROTO: not applicable, this study ran on gloo (CPU)"], []
@@ -182,6 +183,30 @@ def render_recipe(analysis: dict[str, Any], *, planned_tokens: float | None = No
     lines += _what_matters(analysis, params)
     lines += _provenance(analysis, model, cluster, data, sim, today)
     return "\n".join(lines) + "\n"
+
+
+_STATUS_WORDS = {"oom": "out of memory", "timeout": "timed out", "error": "an error"}
+
+
+def _batch_note(params: dict[str, Any], base: dict[str, Any] | None, world: int) -> list[str]:
+    """A warning when the recommended config steps the optimizer on another global batch than
+    the baseline (micro_batch x grad_accum x GPUs): throughput does not see it, training does."""
+    if not base:
+        return []
+    old = base.get("params") or {}
+    if not {"micro_batch", "grad_accum"} & (set(params) | set(old)):
+        return []
+    mb, ga = int(params.get("micro_batch") or 1), int(params.get("grad_accum") or 1)
+    now, before = mb * ga, int(old.get("micro_batch") or 1) * int(old.get("grad_accum") or 1)
+    if now == before:
+        return []
+    keep = (f"; today's batch at this micro-batch is grad_accum {before // mb}, measure it before switching "
+            "(its memory differs)" if before % mb == 0 and before // mb != ga else "")
+    packing = (f" (padding {old['padding']} -> {params['padding']} also changes the examples in a row)"
+               if "padding" in params and params.get("padding") != old.get("padding") else "")
+    return [f"> **The global batch changes**: {now * world:,} rows per optimizer step (micro_batch {mb} x "
+            f"grad_accum {ga} x {world} GPUs) against today's {before * world:,}{packing}. Tokens/s/GPU does not "
+            "depend on it, training does: scale the learning rate and its warm-up to the new batch" + keep + ".", ""]
 
 
 def _what_it_buys(analysis, best, base, planned, world) -> list[str]:
@@ -286,6 +311,14 @@ def _what_matters(analysis, params) -> list[str]:
                       "measure it before relying on it): " + "; ".join(
                           f"{k} (trial {f['trial']}, {f['status'].replace('_', ' ')})" for k, f in unmeasured.items())
                   + "."]
+    failed = {f["knob"]: f for f in (analysis.get("ablation") or {}).get("failed") or ()
+              if f.get("knob") and not f.get("remeasure") and f["knob"] not in listed and f["knob"] not in unmeasured}
+    if failed:
+        lines += ["", "Their revert at this config failed, so the ablation could not measure them (the recommended "
+                      "level is the one that runs here): " + "; ".join(
+                          f"{k} (trial {f['trial']}, {_STATUS_WORDS.get(f['status'], f['status'])})"
+                          for k, f in failed.items()) + "."]
+        unmeasured = {**unmeasured, **failed}
     undecided = {d["knob"]: d for d in analysis.get("undecided") or () if d["knob"] not in unmeasured}
     if undecided:
         lines += ["", "Undecided: neither channel lists them, but the ablation cannot rule out a one-knob effect of "

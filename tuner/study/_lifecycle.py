@@ -67,15 +67,24 @@ def retry_once(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
     stale-trial callback), Ctrl-C, a node failure, an admission a storage error cut short
     (user attr `never_launched`; such a retry is queued again, it never ran).
     """
-    if _launched_retry(trial.user_attrs):
+    params = _retry_params(trial)
+    if _launched_retry(trial.user_attrs) or params is None:
         return
     attrs = {k: v for k, v in trial.user_attrs.items() if k in ROLE_ATTRS}
     attrs["retry_of"] = trial.number
-    study.enqueue_trial(trial.params, user_attrs=attrs, skip_if_exists=False)
+    study.enqueue_trial(params, user_attrs=attrs, skip_if_exists=False)
 
 
 def _launched_retry(attrs: dict[str, Any]) -> bool:
     return "retry_of" in attrs and not attrs.get("never_launched")
+
+
+def _retry_params(trial: optuna.trial.FrozenTrial) -> dict[str, Any] | None:
+    """The config a retry runs: the trial's params, or a queued run's fixed ones; None for a
+    search proposal cut off before it had a config (nothing to retry: the sampler's next ask
+    proposes afresh, screened, where an empty retry would take an unscreened config)."""
+    params = trial.params or trial.system_attrs.get("fixed_params") or {}
+    return params if params else None
 
 
 def _wants_retry(trial: optuna.trial.FrozenTrial) -> bool:
@@ -83,7 +92,7 @@ def _wants_retry(trial: optuna.trial.FrozenTrial) -> bool:
     (:func:`retry_once`'s rule): FAIL with no result (found stale, Ctrl-C, an admission cut
     short: status `lost` or `interrupted`) or an infrastructure failure (tuner.study.outcome), not a recovered copy."""
     a = trial.user_attrs
-    if trial.state != TrialState.FAIL or "recovered_from" in a or _launched_retry(a):
+    if trial.state != TrialState.FAIL or "recovered_from" in a or _launched_retry(a) or _retry_params(trial) is None:
         return False
     return a.get("status") in NO_RESULT or infrastructure_failure(a)
 
