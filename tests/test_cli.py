@@ -278,3 +278,17 @@ def test_a_misspelt_option_is_named_by_its_commands_parser(capsys):
     err = capsys.readouterr().err.strip()
     assert info.value.code == 2 and err == ("tuner run: error: unrecognized arguments: --budgett 4gpuh "
                                             "(see `tuner run --help`)")
+
+
+def test_a_run_the_storage_left_for_good_says_how_to_resume(monkeypatch, capsys):
+    from tuner import cli
+    from tuner.errors import StorageError
+
+    def gone(args):
+        raise StorageError("reading the study: storage unreachable after 31 tries in 300 s: Connection refused")
+
+    monkeypatch.setitem(cli.COMMANDS, "run", gone)
+    assert cli.main(["run", "--study", "s.toml"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tuner run: error: reading the study: storage unreachable after 31 tries in 300 s")
+    assert err.rstrip().endswith("run the same command again to resume") and len(err.strip().splitlines()) == 1

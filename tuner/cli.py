@@ -186,7 +186,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
         return code
     except TunerError as exc:
-        print(f"tuner {args.command}: error: {exc}", file=sys.stderr)
+        from tuner.errors import StorageError
+        resume = ("; what was recorded is kept (a result that finished meanwhile waits in the runs folder's spool): "
+                  "run the same command again to resume" if args.command == "run" and isinstance(exc, StorageError)
+                  and "unreachable" in str(exc) else "")
+        print(f"tuner {args.command}: error: {exc}{resume}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         resume = (": run the same command again to resume (a trial it stopped runs again)" if args.command == "run"

@@ -121,7 +121,8 @@ def with_retries(fn: Callable[[], T], *, what: str, attempts: int | None = None,
         since = since or _clock()
         elapsed = _now() - t0
         delay = min(max_delay_s, base_delay_s * 2 ** min(attempt - 1, 30)) * (0.5 + random.random() / 2)
-        if (attempts is not None and attempt >= attempts) or elapsed + delay > outage_s:
+        delay = min(delay, max(0.0, outage_s - elapsed))   # the last try at the limit, not a delay before it
+        if (attempts is not None and attempt >= attempts) or elapsed >= outage_s or delay <= 0:
             raise StorageError(f"{what}: storage unreachable after {attempt} tries in {elapsed:.0f} s: "
                                f"{_first_line(err)}") from err
         if attempt <= NOTED_RETRIES or last_note is None or _now() - last_note >= NOTE_EVERY_S:
