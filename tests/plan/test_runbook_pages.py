@@ -84,3 +84,15 @@ def test_runbook_pages_doctests_run():
     import tuner.plan._runbook_pages
     result = doctest.testmod(tuner.plan._runbook_pages)
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_the_launch_checks_run_as_typed_in_a_shell_and_never_touch_the_real_runs_checkpoints(tmp_path):
+    from tuner.cli import main
+
+    assert main(["plan", "--model-size", "13b", "--gpus", "32", "--tokens", "100e9", "--runbook", str(tmp_path)]) == 0
+    text = (tmp_path / "RUNBOOK.md").read_text()
+    checks = text.split("4. **Save-and-restore drill**")[1].split("```bash")[1].split("```")[0]
+    assert "$SLURM_JOB_ID" not in checks and "$SLURM_JOB_NAME" not in checks        # unset in the user's shell
+    assert 'JOB=$(sbatch --parsable train.sbatch)' in checks and 'touch "$CKPT_DIR/STOP.$JOB.0"' in checks
+    assert "-check-drill" in checks and "-check-speed" in text
+    assert "export CKPT_DIR=${CKPT_DIR:-/shared/checkpoints/$SLURM_JOB_NAME}" in text   # the script: the checks' folder wins

@@ -55,7 +55,8 @@ _CONTRACT = (
     "group)` on every process group (torchtitan's `set_pg_timeouts`). This timeout, not `TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC`"
     " (the watchdog's own heartbeat), is how long a dead peer stays unnoticed.",
     "- `--stop-file`: each step rank 0 checks the file and broadcasts the answer; when it exists, save a checkpoint "
-    "(blocking `dcp.save`) and exit 0. When the run is complete, write `$CKPT_DIR/DONE` and exit 0.",
+    "(blocking `dcp.save`) and exit 0. When the run is complete (or `--max-steps`, the checks' limit, is reached), "
+    "write `$CKPT_DIR/DONE` and exit 0.",
     "- `--resume latest`: build the model on the meta device (no full initialisation: the restart time counts "
     "only start-up and the reload), load the newest complete checkpoint (`dcp.load`; a folder without "
     "`.metadata` is incomplete) and the data loader's position.",

@@ -110,6 +110,7 @@ def go_no_go(plan: dict[str, Any], script: Any) -> list[str]:
     i, g = plan["inputs"], plan["go_no_go"]
     n, gpn = i["nodes"], i["gpus_per_node"]
     alloc = script.nodes + script.spare_nodes
+    s_ckpt = script.ckpt_dir.replace("$SLURM_JOB_NAME", script.job_name)   # typed in the user's shell
     return [
         "## 2. Go / no-go before the long run", "",
         "Run all four on the nodes the job will use. Any miss is a no-go: fix the cluster, or re-plan with the "
@@ -132,17 +133,23 @@ def go_no_go(plan: dict[str, Any], script: Any) -> list[str]:
         f"**{g['tokens_per_sec_per_gpu_floor']:,}**, no step over **{g['step_time_ceiling_s']:.1f} s**; on every rank "
         f"`torch.cuda.max_memory_reserved()` at most **{g['memory_reserved_ceiling_gib']:.1f} GiB** and "
         f"`max_memory_allocated()` at most **{g['memory_allocated_ceiling_gib']:.1f} GiB**.", "", "```bash",
-        f'EXTRA_ARGS="--max-steps {g["measured_steps"] + g["warmup_steps"]}" sbatch --time=00:40:00 train.sbatch',
+        "# the checks write to their own checkpoint folder, never the real run's; at --max-steps train.py writes",
+        "# DONE there (the run is complete), so the script does not requeue it",
+        f'CKPT_DIR={s_ckpt}-check-speed EXTRA_ARGS="--max-steps {g["measured_steps"] + g["warmup_steps"]}" \\',
+        "  sbatch --time=00:40:00 train.sbatch",
         "```", "",
         f"4. **Save-and-restore drill**: run past step {g['drill_lost_steps_ceiling'] + 5}, kill it, resubmit. It "
         f"must resume from its last checkpoint (at most **{g['drill_lost_steps_ceiling']} steps** redone), log the same "
         f"loss at the first step after the resume as the first run did there (3 significant digits), and log that "
         f"step within **{g['drill_restart_ceiling_s']} s** of starting (the restart and reload the lost-work bound "
         "counts). Then `touch` the stop file: it must save and exit within one step.", "", "```bash",
-        'JOB=$(EXTRA_ARGS="--max-steps 400" sbatch --parsable train.sbatch)',
+        f"export CKPT_DIR={s_ckpt}-check-drill EXTRA_ARGS=\"--max-steps 400\"   # sbatch passes both on",
+        "JOB=$(sbatch --parsable train.sbatch)",
         f"# after step {g['drill_lost_steps_ceiling'] + 5} is logged:",
-        'scancel --signal=KILL --full "$JOB"; sbatch train.sbatch   # resumes: check the step, loss and time',
-        'touch "$CKPT_DIR/STOP.$SLURM_JOB_ID.0"                      # the warning path: save, exit 0, requeue',
+        'scancel --signal=KILL --full "$JOB"',
+        "JOB=$(sbatch --parsable train.sbatch)   # resumes: check the step, loss and time",
+        "# once it logs steps again: the warning path (save, exit 0, requeue); then end the drill",
+        'touch "$CKPT_DIR/STOP.$JOB.0"; sleep 120; scancel "$JOB"; unset CKPT_DIR EXTRA_ARGS',
         "```", "",
     ]
 

@@ -124,7 +124,7 @@ def batch_script(s: BatchScript) -> str:
         "}",
         "trap on_warning USR1",
         "set -uo pipefail   # no -e: this shell must outlive a failed step to relaunch or requeue",
-        f"export CKPT_DIR={s.ckpt_dir}   # shared storage, never node-local disk",
+        f"export CKPT_DIR=${{CKPT_DIR:-{s.ckpt_dir}}}   # shared storage, never node-local disk; the checks set their own",
         'mkdir -p "$CKPT_DIR"',
         f"TRAIN_NODES={s.nodes}",
         f"MAX_ALLOCATIONS={s.max_allocations}",
