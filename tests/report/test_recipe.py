@@ -129,3 +129,13 @@ def test_a_knob_whose_revert_failed_is_said_so_not_called_placebo_like(analysis)
     assert "could not measure them (the recommended level is the one that runs here): grad_accum (trial 204, " \
            "out of memory)." in text
     assert all("grad_accum" not in ln for ln in text.splitlines() if ln.startswith("Not distinguishable"))
+
+
+def test_a_forced_nccl_setting_without_evidence_says_unsetting_it_is_the_choice(analysis):
+    a = _forcing(analysis, nccl_proto="Simple", nccl_algo="Ring")
+    a["what_matters"] = [{"knob": "nccl_algo", "source": "ablation", "impact": 0.2, "ci95": [0.1, 0.3],
+                          "evidence": ["ablation"], "ablation": None, "importance": None}]
+    text = render_recipe(a)
+    proto = next(ln for ln in text.splitlines() if ln.startswith("export NCCL_PROTO="))
+    algo = next(ln for ln in text.splitlines() if ln.startswith("export NCCL_ALGO="))
+    assert "no evidence here that forcing it helps" in proto and "no evidence" not in algo

@@ -163,7 +163,10 @@ def render_recipe(analysis: dict[str, Any], *, planned_tokens: float | None = No
         env, unset = ["# NCCL_ALGO / NCCL_PROTO: not applicable, this study ran on gloo (CPU)"], []
     else:
         forced = _forced(params)
-        env = [f"export {_ENV[k]}={v}   # forced: see the warning below" for k, v in forced.items()]
+        listed = {r["knob"] for r in analysis.get("what_matters") or []}
+        env = [f"export {_ENV[k]}={v}   # forced: see the warning below"
+               + ("" if k in listed else "; no evidence here that forcing it helps (What matters): unset it unless "
+                                          "you want exactly the measured config") for k, v in forced.items()]
         unset = [f"unset {var}   # leave it to NCCL" for k, var in _ENV.items() if params.get(k) == "default"]
     flags = " ".join(f"--{k.replace('_', '-')} {json.dumps(v) if isinstance(v, bool) else v}"
                      for k, v in params.items() if k not in _ENV)
