@@ -78,7 +78,7 @@ def test_a_retry_keeps_why_its_trial_ran_and_a_cut_retry_is_queued_again(tmp_pat
     study._storage.set_trial_state_values(retry._trial_id, TrialState.FAIL)   # the retry, found stale: not again
     retry_once(study, study.get_trials()[-1])
     assert len(study.get_trials()) == 3
-    study.enqueue_trial(retry.params, user_attrs={**retry.user_attrs, "never_launched": True})
+    study.enqueue_trial(retry.system_attrs["fixed_params"], user_attrs={**retry.user_attrs, "never_launched": True})
     cut = study.get_trials()[-1]                          # a retry whose admission a storage error cut
     study._storage.set_trial_state_values(cut._trial_id, TrialState.FAIL)
     retry_once(study, study.get_trials()[-1])             # never ran, so never its config's fault: again
