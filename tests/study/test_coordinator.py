@@ -194,7 +194,7 @@ def test_a_trial_running_elsewhere_is_waited_out_and_the_study_ends_with_none_in
     assert retry.user_attrs["retry_of"] == 0 and retry.state == TrialState.PRUNED
     assert retry.user_attrs["status"] == "skipped" and retry.user_attrs["gpu_seconds"] == 0.0
     assert not [t for t in study.trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
-    assert summary.launched == 0 and summary.statuses == {"fail": 1, "skipped": 1}
+    assert summary.launched == 0 and summary.statuses == {"lost": 1, "skipped": 1}
     assert summary.used_gpu_seconds == pytest.approx(35.0)   # the dead trial's reservation
 
 

@@ -254,11 +254,21 @@ def spec_diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> str
 
 # -------------------------------------------------------------------------- read-outs
 
+def _shown_status(t: optuna.trial.FrozenTrial) -> str:
+    """A trial's status as `tuner status` counts it: analysis's (tuner.stats.trial_status), but a
+    FAIL that ended with no result through no fault of its config (Ctrl-C, a dead coordinator:
+    `interrupted`, `lost`) under its own name, not as `fail`."""
+    status = t.user_attrs.get("status")
+    if t.state == TrialState.FAIL and status is not None and status in NO_RESULT:
+        return str(status)
+    return trial_status(t)
+
+
 def summarize(study: optuna.Study, *, launched: int = 0, stopped: str = "") -> RunSummary:
     """Trials by status, budget used and limit, and the best ok trial of a study."""
     trials = study.get_trials(deepcopy=False)
     limit = float(study.user_attrs.get("budget_limit_gpu_seconds", 0.0))
-    statuses = Counter(trial_status(t) for t in trials
+    statuses = Counter(_shown_status(t) for t in trials
                        if t.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED, TrialState.RUNNING,
                                       TrialState.WAITING))  # waiting: queued (a retry, an ablation run)
     best = None
