@@ -33,7 +33,7 @@ from helper.sizes import parse_model_size
 from helper.stacks import resolve_stack
 from helper.throughput import estimate_startup_seconds
 
-__all__ = ["plan_training", "critical_batch_tokens", "dataset_global_batch", "node_split", "MIN_STEPS",
+__all__ = ["plan_training", "critical_batch_tokens", "dataset_global_batch", "node_split", "idle_gpus_note", "MIN_STEPS",
            "LOW_MFU"]
 
 MIN_STEPS = 100
@@ -54,6 +54,20 @@ def critical_batch_tokens(n_params: float, tokens: float) -> float:
         4.2
     """
     return 0.2920 * (6.0 * n_params * tokens) ** 0.3271
+
+
+def idle_gpus_note(gpu_count: int, gpus_per_node: int) -> str | None:
+    """The warning when :func:`node_split` leaves GPUs of each node idle, or None.
+
+    Example:
+        >>> idle_gpus_note(12, 8), idle_gpus_note(16, 8)
+        ('12 GPUs run as 2 nodes x 6: 2 GPUs of each node stay idle (a multiple of the node size uses them)', None)
+    """
+    nodes, per = node_split(gpu_count, gpus_per_node)
+    if per < gpus_per_node and nodes > 1:
+        return (f"{gpu_count} GPUs run as {nodes} nodes x {per}: {gpus_per_node - per} GPUs of each node stay idle "
+                "(a multiple of the node size uses them)")
+    return None
 
 
 def node_split(gpu_count: int, gpus_per_node: int) -> tuple[int, int]:
@@ -266,9 +280,8 @@ def plan_training(model_size: float | int | str, gpu_count: int, *, tokens: floa
                f"spare per GPU at micro-batch {chosen['micro_batch']} and is the fastest layout that fits"
                + (" (or within 2 % of it, and simpler)." if chosen["tokens_per_sec_per_gpu"] < fastest else ".")]
     reasons += [r["why_not"] for r in rows if r["why_not"]]
-    if gpn < gpus_per_node and nodes > 1:
-        chosen["warnings"].append(f"{gpu_count} GPUs run as {nodes} nodes x {gpn}: {gpus_per_node - gpn} GPUs of each "
-                                  "node stay idle (a multiple of the node size uses them)")
+    if (idle := idle_gpus_note(gpu_count, gpus_per_node)):
+        chosen["warnings"].append(idle)
     return {
         "inputs": {"model": shape.label, "n_params": shape.n_params, "model_note": shape.note,
                    "gpu": spec.name, "gpu_count": gpu_count, "gpus_per_node": gpn, "node_size": gpus_per_node,

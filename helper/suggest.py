@@ -21,7 +21,7 @@ from helper.collectives import UnsupportedCollective
 from helper.global_batch import BATCH_TOLERANCE, split_global_batch
 from helper.gpus import get_gpu, gib
 from helper.memory import estimate_memory, normalize_sharding
-from helper.plan import dataset_global_batch, node_split, plan_training
+from helper.plan import dataset_global_batch, idle_gpus_note, node_split, plan_training
 from helper.sizes import parse_dataset_size, parse_model_size
 from helper.stacks import resolve_stack
 from helper.throughput import (
@@ -154,8 +154,7 @@ def suggest_config(model_size: float | int | str, gpu_count: int, dataset_size: 
     # nodes as the plan spreads them (helper.plan.node_split: 12 on nodes of 8 run as 2 x 6; a
     # count no even split reaches is a ValueError naming the nearest that are)
     nodes, per_node = node_split(gpu_count, gpus_per_node)
-    split_note = (f"{gpu_count} GPUs run as {nodes} nodes x {per_node}: {gpus_per_node - per_node} GPUs of each node "
-                  "stay idle (a multiple of the node size uses them)" if per_node < gpus_per_node and nodes > 1 else None)
+    split_note = idle_gpus_note(gpu_count, gpus_per_node)
     gpus_per_node = per_node if nodes > 1 else gpus_per_node
     if global_batch is not None and (isinstance(global_batch, bool) or not isinstance(global_batch, int)):
         raise ValueError(f"global_batch must be an integer, got {global_batch!r}")
