@@ -282,10 +282,10 @@ def test_a_misspelt_option_is_named_by_its_commands_parser(capsys):
 
 def test_a_run_the_storage_left_for_good_says_how_to_resume(monkeypatch, capsys):
     from tuner import cli
-    from tuner.errors import StorageError
+    from tuner.errors import StorageUnreachableError
 
-    def gone(args):
-        raise StorageError("reading the study: storage unreachable after 31 tries in 300 s: Connection refused")
+    def gone(args):   # what tuner.storage's retries raise once an outage outlasts the wait
+        raise StorageUnreachableError("reading the study: storage unreachable after 31 tries in 300 s: Connection refused")
 
     monkeypatch.setitem(cli.COMMANDS, "run", gone)
     assert cli.main(["run", "--study", "s.toml"]) == 2

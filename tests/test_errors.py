@@ -6,7 +6,8 @@ import tuner.errors as errors
 
 BUILTIN = {"SpecError": ValueError, "BudgetError": ValueError, "StudyConflictError": ValueError,
            "LauncherError": ValueError, "TrialConfigError": ValueError, "PreflightError": ValueError,
-           "StorageError": RuntimeError, "CircuitBreakerError": RuntimeError, "OutputError": RuntimeError}
+           "StorageError": RuntimeError, "StorageUnreachableError": RuntimeError, "CircuitBreakerError": RuntimeError,
+           "OutputError": RuntimeError}
 
 
 def test_every_error_is_a_tuner_error_and_the_builtin_it_replaced():

@@ -186,10 +186,10 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
         return code
     except TunerError as exc:
-        from tuner.errors import StorageError
+        from tuner.errors import StorageUnreachableError
         resume = ("; what was recorded is kept (a result that finished meanwhile waits in the runs folder's spool): "
-                  "run the same command again to resume" if args.command == "run" and isinstance(exc, StorageError)
-                  and "unreachable" in str(exc) else "")
+                  "run the same command again to resume"
+                  if args.command == "run" and isinstance(exc, StorageUnreachableError) else "")
         print(f"tuner {args.command}: error: {exc}{resume}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

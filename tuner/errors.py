@@ -14,7 +14,7 @@ Example:
 
 from __future__ import annotations
 
-__all__ = ["TunerError", "SpecError", "BudgetError", "StorageError", "StudyConflictError",
+__all__ = ["TunerError", "SpecError", "BudgetError", "StorageError", "StorageUnreachableError", "StudyConflictError",
            "LauncherError", "TrialConfigError", "PreflightError", "CircuitBreakerError", "OutputError"]
 
 
@@ -32,6 +32,11 @@ class BudgetError(TunerError, ValueError):
 
 class StorageError(TunerError, RuntimeError):
     """The study storage cannot be used; the message names it (password redacted)."""
+
+
+class StorageUnreachableError(StorageError):
+    """The storage stayed unreachable for longer than an outage is waited out; what was recorded
+    before is kept (tuner.storage's retries)."""
 
 
 class StudyConflictError(TunerError, ValueError):

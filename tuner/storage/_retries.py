@@ -22,7 +22,7 @@ from typing import TypeVar
 import optuna
 import sqlalchemy.exc
 
-from tuner.errors import StorageError
+from tuner.errors import StorageUnreachableError
 
 __all__ = ["OUTAGE_S", "NOTED_RETRIES", "NOTE_EVERY_S", "retry_notes", "with_retries"]
 
@@ -89,8 +89,8 @@ def with_retries(fn: Callable[[], T], *, what: str, attempts: int | None = None,
     coordinators: bookkeeping calls are retried until then (or for ``attempts`` tries, when
     given), with notes (to ``log``, else to the :func:`retry_notes` listener): one for each of
     the first retries, then one every ``NOTE_EVERY_S``, and one when the storage is back. Then
-    StorageError is raised. Errors that are not a lost connection (bad data, a finished trial)
-    are raised at once.
+    StorageUnreachableError (a StorageError) is raised. Errors that are not a lost connection
+    (bad data, a finished trial) are raised at once.
 
     Example:
         >>> notes = []
@@ -123,7 +123,7 @@ def with_retries(fn: Callable[[], T], *, what: str, attempts: int | None = None,
         delay = min(max_delay_s, base_delay_s * 2 ** min(attempt - 1, 30)) * (0.5 + random.random() / 2)
         delay = min(delay, max(0.0, outage_s - elapsed))   # the last try at the limit, not a delay before it
         if (attempts is not None and attempt >= attempts) or elapsed >= outage_s or delay <= 0:
-            raise StorageError(f"{what}: storage unreachable after {attempt} tries in {elapsed:.0f} s: "
+            raise StorageUnreachableError(f"{what}: storage unreachable after {attempt} tries in {elapsed:.0f} s: "
                                f"{_first_line(err)}") from err
         if attempt <= NOTED_RETRIES or last_note is None or _now() - last_note >= NOTE_EVERY_S:
             last_note = _now()
