@@ -66,7 +66,7 @@ N_BOOT = 200
 
 _KEPT = ("best", "baseline", "what_matters", "top_knobs", "noise_model", "noise_diagnostics", "ablation",
          "failure_rates", "undecided")
-_KEPT_IMPORTANCE = ("knob", "total", "first_order", "matters", "vs_placebo_ci95")
+_KEPT_IMPORTANCE = ("knob", "total", "first_order", "matters", "vs_placebo_ci95", "p_vs_placebo")
 _KEPT_TRIAL = ("trial", "params", "status", "ablation_knob", "tokens_per_sec_per_gpu", "warmup_steps_dropped")
 
 

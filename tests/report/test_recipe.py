@@ -91,6 +91,28 @@ def test_a_listed_knob_whose_revert_read_faster_says_so_not_just_not_significant
     assert "not significant after Holm" in line
 
 
+def test_a_knob_listed_on_both_channels_together_gives_each_channels_p(analysis):
+    """Issue 29 item 3: a knob neither channel lists alone, but both point to (tuner.stats'
+    combined_evidence), is listed with the re-measured effect, each channel's p and the combined
+    test, and not called Holm-significant or a placebo-like knob."""
+    a = copy.deepcopy(analysis)
+    a["best"]["params"]["num_workers"] = 4
+    a["what_matters"] = [{"knob": "num_workers", "source": "both", "impact": 0.083, "ci95": [-0.005, 0.178],
+                          "evidence": ["ablation", "importance"],
+                          "ablation": {"impact": 0.083, "ci95": [-0.005, 0.178], "p_value": 0.062, "p_slower": 0.031,
+                                       "significant": False, "move": False, "best_value": 4, "tested_value": 0},
+                          "importance": {"total": 0.13, "ci95": [0.02, 0.28], "vs_placebo_ci95": [0.03, 0.25],
+                                         "matters": False, "p_vs_placebo": 0.012},
+                          "combined": {"p_value": 0.031**2, "significant": True, "method": "Wilkinson"}}]
+    a["importance"] = [*a["importance"], {"knob": "num_workers", "total": 0.13, "ci95": [0.02, 0.28],
+                                           "matters": False}]
+    text = render_recipe(a)
+    line = next(ln for ln in text.splitlines() if ln.startswith("1. **num_workers = 4**"))
+    assert "worth +8.3% (95% CI -0.5% to +17.8%, re-measured)" in line and "Holm-corrected)" not in line.split(";")[0]
+    assert "one-sided p 0.031" in line and "placebo knob's (p 0.012)" in line and "0.00096, Holm-corrected" in line
+    assert not any("num_workers" in ln for ln in text.splitlines() if ln.startswith(("Not distinguishable", "Undecided")))
+
+
 def test_a_knob_the_ablation_cannot_rule_out_is_undecided_not_quiet(analysis):
     """Issue 29 item 3: where both channels lack the power, RECIPE says so per knob instead of
     listing it with the knobs that showed no effect."""

@@ -29,6 +29,18 @@ def test_cis_hold_their_point_estimate_and_start_at_zero_or_above(crossover):
         assert 0.0 <= lo <= d["total"] <= hi
 
 
+def test_each_knobs_p_against_the_placebo_agrees_with_its_intervals(crossover):
+    """p_vs_placebo is the one-sided BCa p of the knob's index not beating the placebo's, from
+    the same resamples: under 2.5% exactly where the 95% interval of the difference clears 0,
+    under 2.5% / (knobs) where the knob "matters" (Bonferroni)."""
+    knobs = len(crossover)
+    for d in crossover.values():
+        assert 0 < d["p_vs_placebo"] < 1
+        assert (d["p_vs_placebo"] < 0.025) == (d["vs_placebo_ci95"][0] > 0), d
+        assert d["matters"] == (d["p_vs_placebo"] < 0.025 / knobs), d
+    assert crossover["nccl_algo"]["p_vs_placebo"] < 0.01 < crossover["grad_accum"]["p_vs_placebo"]
+
+
 def test_a_conditional_knob_does_not_take_its_parents_credit():
     record, _ = build_study("conditional", 12, "ar1-0")
     res = knob_importance(record.trials, list(FAMILIES["conditional"]["space"]), n_boot=40)

@@ -188,6 +188,53 @@ def test_what_matters_takes_both_channels_and_says_when_neither_has_power():
     assert "Neither channel" in what_matters_power(none, quiet, {"n_trials": 60, "oob_r2": 0.1})
 
 
+def test_a_knob_both_channels_point_to_is_listed_where_neither_alone_clears_its_test():
+    """Issue 29: small's num_workers (a 10.7% one-knob effect, 12 search trials) was listed in
+    0.86 of studies: its revert read slower (one-sided p 0.02-0.05, short of Holm) and its
+    importance beat the placebo at 95% but not at Bonferroni's level. Both pointing the same way
+    is evidence neither channel's own test can use: Wilkinson's maximum p lists it, after the
+    ablation's own finds and before the importance's; one channel alone cannot carry it."""
+    from tuner.stats import combined_evidence, undecided_knobs, what_matters
+
+    importance = [{"knob": "a", "total": 0.5, "ci95": [0.4, 0.6], "matters": True, "p_vs_placebo": 0.001},
+                  {"knob": "w", "total": 0.1, "ci95": [0.0, 0.3], "matters": False, "p_vs_placebo": 0.03},
+                  {"knob": "q", "total": 0.2, "ci95": [0.0, 0.4], "matters": False, "p_vs_placebo": 0.004},
+                  {"knob": "n", "total": 0.0, "ci95": [0.0, 0.1], "matters": False, "p_vs_placebo": 0.6}]
+    ablation = {"knobs": [{"knob": "s", "impact": 0.3, "ci95": [0.2, 0.4], "p_slower": 1e-5, "significant": True},
+                          {"knob": "w", "impact": 0.09, "ci95": [-0.01, 0.2], "p_slower": 0.04, "significant": False},
+                          {"knob": "q", "impact": 0.0, "ci95": [-0.1, 0.1], "p_slower": 0.5, "significant": False},
+                          {"knob": "n", "impact": 0.12, "ci95": [-0.02, 0.3], "p_slower": 0.03, "significant": False}]}
+    combined = combined_evidence(importance, ablation)
+    assert set(combined) == {"w", "q", "n"}   # "s" has no importance row, "a" no ablation row
+    assert combined["w"]["p_value"] == pytest.approx(0.04**2) and combined["w"]["significant"]
+    assert not combined["q"]["significant"]   # the revert reads as fast as the best: importance alone
+    assert not combined["n"]["significant"]   # the importance says nothing: the revert alone
+    rows = what_matters(importance, ablation)
+    assert [(r["knob"], r["source"]) for r in rows] == [("s", "ablation"), ("w", "both"), ("a", "importance")]
+    w = rows[1]
+    assert w["impact"] == 0.09 and w["evidence"] == ["ablation", "importance"] and w["combined"]["significant"]
+    assert [d["knob"] for d in undecided_knobs(importance, ablation)] == ["n", "q"]   # "w" is decided
+    # without the importance's p (a study analysed with n_boot=0) there is nothing to combine
+    assert combined_evidence([dict(d, p_vs_placebo=None) for d in importance], ablation) == {}
+
+
+def test_small_studies_num_workers_is_listed_on_both_channels():
+    """bench.stats_study's small study 15 (seed 0): num_workers' revert reads 8.3% slower
+    (two-sided p 0.06, not Holm-significant) and its importance beats the placebo only at 95%;
+    it was left out of What matters and called undecided. Both channels together list it."""
+    from bench.stats_study import EXPLORE, build
+
+    analysis = analyze_record(build("small", 15, 0, EXPLORE).record, n_boot=200, seed=15)
+    abl = next(e for e in analysis["ablation"]["knobs"] if e["knob"] == "num_workers")
+    imp = next(d for d in analysis["importance"] if d["knob"] == "num_workers")
+    assert not abl["significant"] and not imp["matters"] and 0 < imp["p_vs_placebo"] < 0.05
+    row = next(r for r in analysis["what_matters"] if r["knob"] == "num_workers")
+    assert row["source"] == "both" and row["combined"]["significant"]
+    assert "num_workers" not in {d["knob"] for d in analysis["undecided"]}
+    line = next(ln for ln in format_summary(analysis).splitlines() if ln.strip().startswith("num_workers") and "/" in ln)
+    assert "ablation +8.3% / importance" in line and "/ both together: maximum p 0.0" in line and line.endswith("(Holm)")
+
+
 def test_a_knob_neither_channel_lists_whose_ablation_ci_reaches_ten_percent_is_undecided():
     from tuner.stats import UNDECIDED_EFFECT, undecided_knobs
 

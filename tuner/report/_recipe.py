@@ -261,7 +261,7 @@ def _what_matters(analysis, params) -> list[str]:
         knob = row["knob"]
         meaning = f" ({KNOBS[knob].meaning})" if knob in KNOBS else ""
         a, i = row.get("ablation"), row.get("importance")   # both channels, side by side (issue 29)
-        if row["source"] == "ablation":
+        if row["source"] in ("ablation", "both"):
             worth, (lo, hi), against = row["impact"], row["ci95"], ""
             if a is not None and a.get("move"):   # a one-knob move (the baseline has the best's level)
                 if a["tested_value"] != params.get(knob):
@@ -270,8 +270,14 @@ def _what_matters(analysis, params) -> list[str]:
                     worth, lo, hi = 1 / (1 + worth) - 1, 1 / (1 + hi) - 1, 1 / (1 + lo) - 1
                     against = f" over {a['best_value']} (a one-knob move from it)"
             line = (f"1. **{knob} = {params.get(knob, 'n/a')}**{meaning}: worth {worth:+.1%}{against} "
-                    f"(95% CI {lo:+.1%} to {hi:+.1%}, re-measured, Holm-corrected)")
-            if i is not None:
+                    f"(95% CI {lo:+.1%} to {hi:+.1%}, re-measured"
+                    + (", Holm-corrected)" if row["source"] == "ablation" else ")"))
+            if row["source"] == "both":   # neither channel alone, both together (tuner.stats.combined_evidence)
+                line += (f"; search importance {i['total']:.2f}: the revert read slower (one-sided p "
+                         f"{a['p_slower']:.2g}) and the importance beat a random placebo knob's (p "
+                         f"{i['p_vs_placebo']:.2g}), each short of its own multiple-testing correction, both "
+                         f"together past it (maximum p, squared: {row['combined']['p_value']:.2g}, Holm-corrected)")
+            elif i is not None:
                 line += (f"; search importance {i['total']:.2f}, "
                          + ("above a random placebo knob's" if i.get("matters") else
                             "not above a random placebo knob's (the search could not see it: an interaction of "

@@ -336,7 +336,9 @@ def format_summary(analysis: dict[str, Any]) -> str:
             lines.append(f"  {r['knob']:<26} ablation "
                          + (f"{a['impact']:+.1%}{' significant' if a['significant'] else ''}" if a else "not ablated")
                          + " / importance " + (f"{i['total']:.3f}{' above placebo' if i['matters'] else ' not above placebo'}"
-                                               if i else "-"))
+                                               if i else "-")
+                         + (f" / both together: maximum p {r['combined']['p_value']:.2g} (Holm)"
+                            if r["source"] == "both" else ""))
     elif analysis.get("what_matters_note"):
         lines.append(analysis["what_matters_note"])
     if analysis.get("undecided"):

@@ -23,7 +23,9 @@ How (and why):
   through the same fit. A knob "matters" only when its total index beats the placebo's: the
   CI of the difference lies above 0 at 1 - 5%/knobs (Bonferroni: every knob is tested at
   once, so the chance that any knob without an effect is called one stays <= 5%);
-  ``vs_placebo_ci95`` is the plain 95% interval.
+  ``vs_placebo_ci95`` is the plain 95% interval, and ``p_vs_placebo`` the one-sided BCa p of
+  the knob's index not beating the placebo's (tuner.stats' ``bca_p_values``), which
+  tuner.stats' ``what_matters`` combines with the ablation's.
 - **CIs.** ``scipy.stats.bootstrap`` over trials (BCa, 200 resamples by default; Efron 1987),
   refitting the surrogate each time (with the penalty the full data chose). The resamples
   and one jackknife serve both levels (95% and the Bonferroni one) through tuner.stats'
@@ -40,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from tuner.stats._bootstrap import bca_limits, grouped_jackknife
+from tuner.stats._bootstrap import bca_limits, bca_p_values, grouped_jackknife
 from tuner.stats._record import TrialRecord
 from tuner.stats._surrogate import ALPHAS, Surrogate, code_table
 
@@ -200,7 +202,7 @@ def _fit_inputs(trials: Sequence[TrialRecord], knobs: Sequence[str], *,
 def knob_importance(trials: Sequence[TrialRecord], knobs: Sequence[str], *, n_boot: int = N_BOOT,
                     seed: int = 0) -> dict[str, Any]:
     """{"knobs": [{knob, total, total_ci95, first_order, first_order_ci95, interaction,
-    vs_placebo_ci95, matters}], "placebo": {...}, "oob_r2", "n_trials", "n_boot", "method"}.
+    vs_placebo_ci95, matters, p_vs_placebo}], "placebo": {...}, "oob_r2", "n_trials", "n_boot", "method"}.
 
     Knobs sorted by total index, largest first. ``n_boot=0``: point estimates only (CIs None,
     ``matters`` from the point estimate against the placebo's).
@@ -209,7 +211,7 @@ def knob_importance(trials: Sequence[TrialRecord], knobs: Sequence[str], *, n_bo
     ok, knobs = _fit_inputs(trials, knobs)
     empty = {"knobs": [{"knob": k, "total": None, "total_ci95": None, "first_order": None,
                         "first_order_ci95": None, "interaction": None, "vs_placebo_ci95": None,
-                        "matters": None} for k in knobs],
+                        "matters": None, "p_vs_placebo": None} for k in knobs],
              "placebo": None, "oob_r2": None, "n_trials": len(ok), "n_boot": 0}
     if len(ok) < _MIN_TRIALS or not knobs:
         return empty
@@ -241,7 +243,7 @@ def _bootstrapped(calc: _Indices, x: np.ndarray, y: np.ndarray, ok: Sequence[Tri
     # leave-one-out error leak (a left-out trial's copy stays in), choosing ever smaller penalties
     calc.alphas = (calc.alpha,)
     point = np.concatenate([point_full[: 2 * k], point_full[: k - 1] - point_full[k - 1]])
-    lo = hi = strict_lo = None
+    lo = hi = strict_lo = p_placebo = None
     # "matters" is decided for every knob at once: each difference's interval at 1 - 5%/knobs
     # (Bonferroni), so that the chance any knob without an effect is called one stays <= 5%
     strict_level = 1 - (1 - CONFIDENCE) / max(1, k - 1)
@@ -259,6 +261,7 @@ def _bootstrapped(calc: _Indices, x: np.ndarray, y: np.ndarray, ok: Sequence[Tri
             jack = grouped_jackknife(statistic, len(ok), groups, seed)
             lo, hi = bca_limits(dist, point, jack, CONFIDENCE)
             strict_lo = bca_limits(dist, point, jack, strict_level)[0] if k > 2 else lo
+            p_placebo = bca_p_values(dist[2 * k:], point[2 * k:], jack[2 * k:])
 
     method = ("BCa" if len(ok) <= JACKKNIFE_EXACT_MAX
               else f"BCa with a grouped jackknife ({JACKKNIFE_GROUPS} groups) for the acceleration")
@@ -273,7 +276,8 @@ def _bootstrapped(calc: _Indices, x: np.ndarray, y: np.ndarray, ok: Sequence[Tri
         rows.append({"knob": name, "total": float(point[j]), "total_ci95": ci(j),
                      "first_order": float(point[k + j]), "first_order_ci95": ci(k + j),
                      "interaction": float(max(point[j] - point[k + j], 0.0)),
-                     "vs_placebo_ci95": diff_ci, "matters": bool(matters)})
+                     "vs_placebo_ci95": diff_ci, "matters": bool(matters),
+                     "p_vs_placebo": None if p_placebo is None else float(p_placebo[j])})
     rows.sort(key=lambda d: -d["total"])
     return {"knobs": rows,
             "placebo": {"knob": PLACEBO, "levels": _PLACEBO_LEVELS, "total": float(point[k - 1]),

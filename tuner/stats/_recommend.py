@@ -26,8 +26,14 @@ from tuner.stats._record import TrialRecord
 from tuner.stats._runoff import RUNOFF, ranked_remeasured
 from tuner.stats._smoothing import smoothed_values
 
-__all__ = ["recommend", "ablation_effects", "what_matters", "what_matters_power", "undecided_knobs", "UNDECIDED_EFFECT"]
+__all__ = ["recommend", "ablation_effects", "what_matters", "combined_evidence", "what_matters_power",
+           "undecided_knobs", "COMBINED_ALPHA", "UNDECIDED_EFFECT"]
 
+COMBINED_ALPHA = 0.01
+"""Family-wise level of :func:`combined_evidence`'s Holm: a third route into What matters beside the
+ablation's (5%) and the importance's (5%), kept small so that the three together list a knob
+without an effect hardly more often than the two did (measured: 101 against 94 of 4,800
+(knob, study) pairs, at 5% 132; docs/statistics.md section 4)."""
 UNDECIDED_EFFECT = 0.10
 """A knob outside What matters is `undecided` when its ablation CI still admits a one-knob
 effect this large at the recommended config (issue 29's "moves throughput by >= 10%")."""
@@ -242,8 +248,8 @@ def ablation_effects(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float,
                         "impact": r["mean"] - 1, "ci95": [r["ci95"][0] - 1, r["ci95"][1] - 1],
                         "p_value": r["p_value"], "trial": t.number, "trials": [u.number for u in runs]})
         p_slower.append(r["p_value"] / 2 if r["mean"] > 1 else 1 - r["p_value"] / 2)
-    for e, sig in zip(effects, holm(p_slower)):
-        e["significant"] = sig
+    for e, p, sig in zip(effects, p_slower, holm(p_slower)):
+        e["p_slower"], e["significant"] = p, sig
     failed = [{"knob": t.ablation_knob, "status": t.status, "trial": t.number,
                "remeasure": t.ablation_knob is None}
               for t in abl if is_attempt(t) and is_failure(t)]
@@ -271,28 +277,34 @@ def what_matters(importance: Sequence[dict[str, Any]], ablation: dict[str, Any] 
     re-measured one-knob effect at the recommended config (Holm over the ablated knobs) and the
     search's global importance (total index against a placebo, Bonferroni over the knobs).
 
-    A knob is listed when either channel finds it: first the Holm-significant ablation effects
-    (by size), then knobs whose index beats the placebo (by index). A Holm-significant ablation
-    effect is never dropped because the importance missed it: a second-order surrogate cannot
-    see a three-way interaction, nor a knob the search stopped varying, and the ablation
-    measured it at the recommended config. Each channel controls its own family-wise error at
-    5%, so a knob without an effect is listed in at most about 10% of studies (measured: <= 1%,
-    docs/statistics.md section 6). Each row carries both channels' evidence (``ablation``,
-    ``importance``; None where a channel did not test the knob) and ``source``, the channel
-    whose number leads (``impact``/``ci95`` for the ablation, ``total``/``ci95`` for the
-    importance).
+    A knob is listed when either channel finds it, or when both together do: first the
+    Holm-significant ablation effects (by size), then the knobs whose two p-values both point
+    the same way past Holm's correction (:func:`combined_evidence`: neither alone had the
+    power; ``source`` "both"), then knobs whose index beats the placebo (by
+    index). A Holm-significant ablation effect is never dropped because the importance missed
+    it: a second-order surrogate cannot see a three-way interaction, nor a knob the search
+    stopped varying, and the ablation measured it at the recommended config. The routes
+    control their family-wise errors at 5%, 5% and :data:`COMBINED_ALPHA`, so a knob without
+    an effect is listed in at most about 11% of studies (measured: docs/statistics.md section 6). Each row carries both
+    channels' evidence (``ablation``, ``importance``; None where a channel did not test the
+    knob), the combined test where both did (``combined``), and ``source``, the channel whose
+    number leads (``impact``/``ci95`` for the ablation and for "both", ``total``/``ci95`` for
+    the importance).
     """
     abl = {e["knob"]: e for e in (ablation or {}).get("knobs", [])}
     imp = {d["knob"]: d for d in importance}
+    combined = combined_evidence(importance, ablation)
 
     def channels(knob: str) -> dict[str, Any]:
         e, d = abl.get(knob), imp.get(knob)
         return {"ablation": None if e is None else {"impact": e["impact"], "ci95": e["ci95"], "p_value": e.get("p_value"),
+                                                     "p_slower": e.get("p_slower"),
                                                      "significant": bool(e["significant"]), "move": bool(e.get("move")),
                                                      "best_value": e.get("best_value"), "tested_value": e.get("tested_value")},
                 "importance": None if d is None or d.get("total") is None else {
                     "total": d["total"], "ci95": d.get("ci95"), "vs_placebo_ci95": d.get("vs_placebo_ci95"),
-                    "matters": d.get("matters")}}
+                    "p_vs_placebo": d.get("p_vs_placebo"), "matters": d.get("matters")},
+                "combined": combined.get(knob)}
 
     rows = []
     for k, e in sorted(abl.items(), key=lambda kv: -abs(kv[1]["impact"])):
@@ -301,12 +313,42 @@ def what_matters(importance: Sequence[dict[str, Any]], ablation: dict[str, Any] 
             both = bool((ch["importance"] or {}).get("matters"))
             rows.append({"knob": k, "source": "ablation", "impact": e["impact"], "ci95": e["ci95"],
                          "evidence": ["ablation", "importance"] if both else ["ablation"], **ch})
+    for k, e in sorted(abl.items(), key=lambda kv: -abs(kv[1]["impact"])):
+        if not e["significant"] and (combined.get(k) or {}).get("significant") and not imp[k].get("matters"):
+            rows.append({"knob": k, "source": "both", "impact": e["impact"], "ci95": e["ci95"],
+                         "evidence": ["ablation", "importance"], **channels(k)})
     listed = {r["knob"] for r in rows}
     for d in importance:
         if d["knob"] not in listed and d.get("matters"):
             rows.append({"knob": d["knob"], "source": "importance", "total": d["total"], "ci95": d["ci95"],
                          "evidence": ["importance"], **channels(d["knob"])})
     return rows
+
+
+def combined_evidence(importance: Sequence[dict[str, Any]], ablation: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """Per knob both channels tested: whether both point the same way, each short of its own
+    test. The ablation's one-sided p (the revert slower than the best: ``p_slower``) and the
+    importance's one-sided p against the placebo (``p_vs_placebo``) are combined by
+    Wilkinson's maximum-p test (Wilkinson 1951, *Psychol. Bull.* 48: where a knob has no
+    effect, both are uniform and independent, the ablation's runs being fresh launches and the
+    importance reading the search's runs, so max(p1, p2)^2 is a p-value), Holm over those knobs
+    at family-wise :data:`COMBINED_ALPHA`: {knob: {"p_value", "significant", "method"}}. Unlike
+    Fisher's sum of logs, one channel alone cannot carry it: a knob whose revert reads as fast
+    as the best (``p_slower`` 0.5) is not listed however strong its importance, and for four
+    knobs each p must be under 0.05.
+
+    Example:
+        >>> imp = [{"knob": "w", "p_vs_placebo": 0.02}, {"knob": "p", "p_vs_placebo": 0.001}]
+        >>> abl = {"knobs": [{"knob": "w", "p_slower": 0.04}, {"knob": "p", "p_slower": 0.5}]}
+        >>> {k: (round(v["p_value"], 4), v["significant"]) for k, v in combined_evidence(imp, abl).items()}
+        {'w': (0.0016, True), 'p': (0.25, False)}
+    """
+    imp = {d["knob"]: d.get("p_vs_placebo") for d in importance}
+    both = [(e["knob"], max(e["p_slower"], imp[e["knob"]]) ** 2) for e in (ablation or {}).get("knobs", [])
+            if e.get("p_slower") is not None and imp.get(e["knob"]) is not None]
+    return {k: {"p_value": p, "significant": sig, "method": "Wilkinson's maximum p of the ablation's and the "
+                f"importance's one-sided p, Holm over the knobs both tested, family-wise {COMBINED_ALPHA:.0%}"}
+            for (k, p), sig in zip(both, holm([p for _, p in both], COMBINED_ALPHA))}
 
 
 def undecided_knobs(importance: Sequence[dict[str, Any]], ablation: dict[str, Any] | None) -> list[dict[str, Any]]:
