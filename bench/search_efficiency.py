@@ -300,7 +300,15 @@ _TRUTHS: dict[tuple[str, str, bool], tuple[Truth, float]] = {}
 def run_seed(task: dict) -> dict:
     """Every strategy on one (cluster, physics, seed): {"cluster", "kind", "seed", "runs":
     {strategy: (share, {gpuh: share}, counts, cpu_seconds)}, "truth_seconds"} (CPU seconds of
-    this process: on a shared machine they say what a run costs, wall seconds do not)."""
+    this process: on a shared machine they say what a run costs, wall seconds do not). BLAS on
+    one thread, as bench/search_surfaces.py's tasks: CPU seconds count every thread's."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):
+        return _run_seed(task)
+
+
+def _run_seed(task: dict) -> dict:
     spec0 = base_spec(task["path"], adaptive=task["adaptive"], ablation=task.get("ablation", True))
     seed, kind = task["seed"], task["kind"]
     spec = with_(spec0, seed=seed, physics="matched" if kind == "matched" else f"perturbed:{seed}")

@@ -195,3 +195,23 @@ def test_one_surface_end_to_end(capsys, tmp_path):
     (record,) = [json.loads(line) for line in log.read_text().splitlines()]
     assert 0 < record["runs"]["random"]["share"] <= 1.0 + 1e-9 and record["runs"]["random"]["counts"]["trials"] >= 3
     assert search_surfaces.summarize([record]).count("| 7b-h100x32 |") >= 2
+
+
+def test_a_task_runs_its_strategies_with_blas_on_one_thread(monkeypatch):
+    """--cpu-limit-s counts every thread's CPU time: BLAS threads spinning beside another run
+    would time studies out, so a task holds BLAS to one thread while its strategies run."""
+    from threadpoolctl import threadpool_info
+
+    from bench import search_surfaces
+
+    seen = []
+
+    def fake_run(*args, **kwargs):
+        seen.append(max((p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"), default=1))
+        return {"final": 1.0}
+
+    monkeypatch.setattr(search_surfaces, "run_strategy", fake_run)
+    task = {"truth": "7b-h100x32", "seed": 0, "launcher": "cold", "strategies": ["random", "model"],
+            "budget_gpuh": 8.0, "cpu_limit_s": None}
+    search_surfaces.run_task(task)
+    assert seen == [1, 1]
