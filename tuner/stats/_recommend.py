@@ -280,16 +280,16 @@ def what_matters(importance: Sequence[dict[str, Any]], ablation: dict[str, Any] 
     A knob is listed when either channel finds it, or when both together do: first the
     Holm-significant ablation effects (by size), then the knobs whose two p-values both point
     the same way past Holm's correction (:func:`combined_evidence`: neither alone had the
-    power; ``source`` "both"), then knobs whose index beats the placebo (by
-    index). A Holm-significant ablation effect is never dropped because the importance missed
-    it: a second-order surrogate cannot see a three-way interaction, nor a knob the search
-    stopped varying, and the ablation measured it at the recommended config. The routes
-    control their family-wise errors at 5%, 5% and :data:`COMBINED_ALPHA`, so a knob without
-    an effect is listed in at most about 11% of studies (measured: docs/statistics.md section 6). Each row carries both
-    channels' evidence (``ablation``, ``importance``; None where a channel did not test the
-    knob), the combined test where both did (``combined``), and ``source``, the channel whose
-    number leads (``impact``/``ci95`` for the ablation and for "both", ``total``/``ci95`` for
-    the importance).
+    power; ``source`` "both"), then knobs whose index beats the placebo (by index). A
+    Holm-significant ablation effect is never dropped because the importance missed it: a
+    second-order surrogate cannot see a three-way interaction, nor a knob the search stopped
+    varying, and the ablation measured it at the recommended config. The routes control their
+    family-wise errors at 5%, 5% and :data:`COMBINED_ALPHA`, so a knob without an effect is
+    listed in at most about 11% of studies (measured: docs/statistics.md section 6). Each row
+    carries both channels' evidence (``ablation``, ``importance``; None where a channel did
+    not test the knob), the combined test where both did (``combined``), and ``source``, the
+    channel whose number leads (``impact``/``ci95`` for the ablation and for "both",
+    ``total``/``ci95`` for the importance).
     """
     abl = {e["knob"]: e for e in (ablation or {}).get("knobs", [])}
     imp = {d["knob"]: d for d in importance}
