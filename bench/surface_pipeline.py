@@ -118,9 +118,11 @@ def _truth_of(truth, names: list[str]):
 
 
 def run_strategy(spec, truth, strategy: str, optimum_tps: float, optimum: dict, *, seed: int, resident: bool,
-                 budget_gpuh: float, cpu_limit_s: float | None) -> dict[str, Any]:
+                 budget_gpuh: float, cpu_limit_s: float | None, on_study=None) -> dict[str, Any]:
     """One strategy's study on a truth: {"share", "at" (share as the budget passes 10 and 20
-    GPU-h), "counts" (trials, failures, prunes, diagnostics of what the search saw)}."""
+    GPU-h), "counts" (trials, failures, prunes, diagnostics of what the search saw)}.
+    ``on_study(study, truth_of)``: called with the finished study and the noiseless truth of a
+    config (bench/choice_replay.py reads the study again under other choice rules)."""
     names = [k.name for k in spec.space]
     truth_of = _truth_of(truth, names)
     if STRATEGIES[strategy] is None:  # helper's top prediction, no trial
@@ -129,7 +131,8 @@ def run_strategy(spec, truth, strategy: str, optimum_tps: float, optimum: dict, 
     s = study_spec(spec, seed=seed, sampler=STRATEGIES[strategy], resident=resident)
     final, at, counts = run_one(s, truth_of, optimum_tps, budget_gpuh * 3600, cpu_limit_s=cpu_limit_s,
                                 launcher=SurfaceLauncher(s, truth),
-                                inspect=lambda study: {**diagnose(study, names, truth_of, optimum_tps, optimum),
+                                inspect=lambda study: {**(on_study(study, truth_of) or {} if on_study else {}),
+                                                       **diagnose(study, names, truth_of, optimum_tps, optimum),
                                                        **screening_summary(study.trials, s,
                                                                            study.user_attrs.get(PROBES_ATTR) or [])})
     return {"share": final, "at": at, "counts": counts}
