@@ -33,7 +33,6 @@ def replay_one(truth_name: str, seed: int, *, resident: bool, budget_gpuh: float
     "split", "all"} (scores under each choice rule)."""
     from threadpoolctl import threadpool_limits
 
-    import tuner.stats._recommend as rec
     from tuner.stats import analyze_study
 
     spec, truth, labels = make_truth(truth_name, seed)
@@ -48,14 +47,9 @@ def replay_one(truth_name: str, seed: int, *, resident: bool, budget_gpuh: float
                            on_study=keep)
         opt = labels["optimum_tokens_per_sec_per_gpu"]
         out = {"truth": truth_name, "seed": seed, "launcher": "warm" if resident else "cold", "bench": run["share"]}
-        shipped = rec.confirmation_runs
-        try:
-            for name, rule in (("split", shipped), ("all", lambda trials, cis: set())):
-                rec.confirmation_runs = rule
-                best = analyze_study(kept["study"], n_boot=0).get("best")
-                out[name] = kept["truth_of"](best["params"]) / opt if best else 0.0
-        finally:
-            rec.confirmation_runs = shipped
+        for name, hold_out in (("split", True), ("all", False)):
+            best = analyze_study(kept["study"], n_boot=0, hold_out=hold_out).get("best")
+            out[name] = kept["truth_of"](best["params"]) / opt if best else 0.0
     return out
 
 

@@ -384,3 +384,15 @@ def test_a_revert_that_ran_ok_is_never_called_not_measured():
                    for t in record.trials)
     analysis = analyze_record(StudyRecord(name="x", trials=trials, attrs=record.attrs), n_boot=0)
     assert analysis["ablation"]["not_measured"] == []
+
+
+def test_without_hold_out_every_run_chooses_and_none_confirms():
+    """bench/choice_replay.py compares the shipped choice (each config's later re-measurements
+    held out to report its numbers) with every run choosing: then no run confirms, and the
+    recommendation does not claim a winner's-curse adjustment."""
+    from bench.stats_study import EXPLORE, build
+
+    record = build("small", 15, 0, EXPLORE).record
+    shipped, every = analyze_record(record, n_boot=0), analyze_record(record, n_boot=0, hold_out=False)
+    assert shipped["best"]["confirmation_trials"] and shipped["best"]["winners_curse_adjusted"]
+    assert every["best"]["confirmation_trials"] == [] and every["best"]["winners_curse_adjusted"] is False

@@ -159,8 +159,11 @@ def startup_share(trials: Sequence[TrialRecord]) -> float | None:
 
 # ------------------------------------------------------------------------- the whole
 
-def analyze_record(record: StudyRecord, *, n_boot: int = N_BOOT, seed: int = 0) -> dict[str, Any]:
-    """analysis.json (INTERFACES.md schema, extended) of a study record."""
+def analyze_record(record: StudyRecord, *, n_boot: int = N_BOOT, seed: int = 0,
+                   hold_out: bool = True) -> dict[str, Any]:
+    """analysis.json (INTERFACES.md schema, extended) of a study record. ``hold_out``: the
+    recommendation's choice holds each config's later re-measurements out to report its
+    numbers (tuner.stats' ``recommend``; False only to compare rules: bench/choice_replay.py)."""
     trials = record.trials
     spec = record.attrs.get("spec", {})
     knobs = list(spec.get("space", {})) or sorted({k for t in trials for k in t.params})
@@ -175,7 +178,7 @@ def analyze_record(record: StudyRecord, *, n_boot: int = N_BOOT, seed: int = 0) 
     levels = level_failures(trials, knobs)
     baseline_t = next((t for t in ok if t.role == "baseline"), None)
     best = recommend(trials, cis, tau2=tau2, tau_df=tau_df, levels=levels, baseline=baseline_t,
-                     se_scale=launch.se_scale, tau2_df=launch.tau2_df)
+                     se_scale=launch.se_scale, tau2_df=launch.tau2_df, hold_out=hold_out)
     baseline = None
     if baseline_t is not None:
         estimate = (best or {}).get("baseline_estimate") or _public(cis.get(baseline_t.number))
@@ -254,10 +257,10 @@ def analyze_record(record: StudyRecord, *, n_boot: int = N_BOOT, seed: int = 0) 
     }
 
 
-def analyze_study(study, *, n_boot: int = N_BOOT, seed: int = 0, trials=None) -> dict[str, Any]:
+def analyze_study(study, *, n_boot: int = N_BOOT, seed: int = 0, trials=None, hold_out: bool = True) -> dict[str, Any]:
     """analysis.json of an Optuna study (see analyze_record); ``trials``: its frozen trials
     where the caller has read them (tuner.report's cache key reads the same ones)."""
-    return analyze_record(study_record(study, trials), n_boot=n_boot, seed=seed)
+    return analyze_record(study_record(study, trials), n_boot=n_boot, seed=seed, hold_out=hold_out)
 
 
 def _fmt_ci(d: dict[str, Any] | None, scale: float = 1.0, fmt: str = ",.0f") -> str:

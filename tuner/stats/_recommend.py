@@ -71,7 +71,7 @@ def confirmation_runs(trials: Sequence[TrialRecord], cis: RunCIs) -> set[int]:
 
 def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df: float,
               levels: dict[str, dict[str, dict[str, Any]]], baseline: TrialRecord | None,
-              se_scale: float = 1.0, tau2_df: float | None = None) -> dict[str, Any] | None:
+              se_scale: float = 1.0, tau2_df: float | None = None, hold_out: bool = True) -> dict[str, Any] | None:
     """The best reliable config (analysis.json's ``best``), chosen on re-measurements where any
     exist, with its speedup over the baseline config; beside it the faster flaky one and the
     fastest reliable config found after the ablation round, hence not re-measured, whose search
@@ -80,7 +80,8 @@ def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df
     The choice reads every run but the :func:`confirmation_runs`; the recommended config's
     throughput and speedup come from its confirmation runs alone, and ``winners_curse_adjusted``
     is true only then. A config with one re-measurement has none to hold out: its number is
-    the re-measurement that chose it (``winners_curse_adjusted`` false)."""
+    the re-measurement that chose it (``winners_curse_adjusted`` false). ``hold_out=False``:
+    every run chooses and none confirms (bench/choice_replay.py compares the two rules)."""
     search = [t for t in trials if t.role != "ablation" and t.number in cis]
     if not search:
         return None
@@ -96,7 +97,7 @@ def recommend(trials: Sequence[TrialRecord], cis: RunCIs, *, tau2: float, tau_df
     attempts = attempts_by_config(trials)
     est = lambda runs: config_estimate([cis[t.number] for t in runs], tau2=tau2, tau_df=tau_df,  # noqa: E731
                                        se_scale=se_scale, tau2_df=tau2_df)
-    confirm = confirmation_runs(trials, cis)
+    confirm = confirmation_runs(trials, cis) if hold_out else set()
     choosing = [t for t in trials if t.number not in confirm]
     moved = moved_values(cis)   # the surrogate reads a drifting or stalling run as the analysis does
     rows = []
