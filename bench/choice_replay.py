@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.search_surfaces import make_truth  # noqa: E402
 from bench.surface_pipeline import run_strategy  # noqa: E402
+from tuner.stats import analyze_study  # noqa: E402
 
 __all__ = ["replay_one", "summarize", "main"]
 
@@ -31,25 +32,19 @@ def replay_one(truth_name: str, seed: int, *, resident: bool, budget_gpuh: float
                cpu_limit_s: float | None = 240.0) -> dict:
     """One study of the model-guided sampler: {"truth", "seed", "bench" (the pipeline's score),
     "split", "all"} (scores under each choice rule)."""
-    from threadpoolctl import threadpool_limits
-
-    from tuner.stats import analyze_study
-
     spec, truth, labels = make_truth(truth_name, seed)
     kept: dict = {}
 
     def keep(study, truth_of):
         kept.update(study=study, truth_of=truth_of)
 
-    with threadpool_limits(1):   # as bench/search_surfaces.py's tasks: CPU seconds count every thread
-        run = run_strategy(spec, truth, "model", labels["optimum_tokens_per_sec_per_gpu"], labels["optimum"],
-                           seed=seed, resident=resident, budget_gpuh=budget_gpuh, cpu_limit_s=cpu_limit_s,
-                           on_study=keep)
-        opt = labels["optimum_tokens_per_sec_per_gpu"]
-        out = {"truth": truth_name, "seed": seed, "launcher": "warm" if resident else "cold", "bench": run["share"]}
-        for name, hold_out in (("split", True), ("all", False)):
-            best = analyze_study(kept["study"], n_boot=0, hold_out=hold_out).get("best")
-            out[name] = kept["truth_of"](best["params"]) / opt if best else 0.0
+    run = run_strategy(spec, truth, "model", labels["optimum_tokens_per_sec_per_gpu"], labels["optimum"],
+                       seed=seed, resident=resident, budget_gpuh=budget_gpuh, cpu_limit_s=cpu_limit_s, on_study=keep)
+    opt = labels["optimum_tokens_per_sec_per_gpu"]
+    out = {"truth": truth_name, "seed": seed, "launcher": "warm" if resident else "cold", "bench": run["share"]}
+    for name, hold_out in (("split", True), ("all", False)):
+        best = analyze_study(kept["study"], n_boot=0, hold_out=hold_out).get("best")
+        out[name] = kept["truth_of"](best["params"]) / opt if best else 0.0
     return out
 
 

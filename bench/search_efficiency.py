@@ -124,7 +124,17 @@ def run_one(spec, truth_of, optimum, limit_s, *, cpu_limit_s: float | None = Non
     this much CPU time (counts["timed_out"] = 1; it is scored on what it found), so one slow seed
     cannot hold up a whole table. ``launcher``: the truth's trials (default: the sim launcher of
     the spec's physics; bench/search_surfaces.py passes its own); ``inspect(study) -> dict``:
-    diagnostics of the finished study, merged into counts."""
+    diagnostics of the finished study, merged into counts. BLAS runs on one thread, as
+    ``tuner run``'s coordinator runs it: ``cpu_limit_s`` counts every thread's CPU time, and two
+    BLAS threads spinning beside another run timed out warm studies that finish in about 30 CPU
+    seconds on one (docs/benchmarks.md)."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):
+        return _run_one(spec, truth_of, optimum, limit_s, cpu_limit_s=cpu_limit_s, launcher=launcher, inspect=inspect)
+
+
+def _run_one(spec, truth_of, optimum, limit_s, *, cpu_limit_s, launcher, inspect):
     started = time.process_time()
     launcher = SimLauncher(spec) if launcher is None else launcher
     study = optuna.create_study(direction="maximize", sampler=make_sampler(spec))
@@ -300,15 +310,7 @@ _TRUTHS: dict[tuple[str, str, bool], tuple[Truth, float]] = {}
 def run_seed(task: dict) -> dict:
     """Every strategy on one (cluster, physics, seed): {"cluster", "kind", "seed", "runs":
     {strategy: (share, {gpuh: share}, counts, cpu_seconds)}, "truth_seconds"} (CPU seconds of
-    this process: on a shared machine they say what a run costs, wall seconds do not). BLAS on
-    one thread, as bench/search_surfaces.py's tasks: CPU seconds count every thread's."""
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(1):
-        return _run_seed(task)
-
-
-def _run_seed(task: dict) -> dict:
+    this process: on a shared machine they say what a run costs, wall seconds do not)."""
     spec0 = base_spec(task["path"], adaptive=task["adaptive"], ablation=task.get("ablation", True))
     seed, kind = task["seed"], task["kind"]
     spec = with_(spec0, seed=seed, physics="matched" if kind == "matched" else f"perturbed:{seed}")

@@ -93,10 +93,9 @@ def make_truth(truth_name: str, seed: int):
 
 
 def run_task(task: dict) -> dict:
-    """Every strategy on one (truth, seed, launcher): a JSON-able record. BLAS runs on one
-    thread: ``--cpu-limit-s`` counts the process's CPU time, every thread's, and two BLAS threads
-    spinning on a shared 2-core machine (two runs side by side) timed out warm studies that
-    finish in about 70 CPU seconds on one."""
+    """Every strategy on one (truth, seed, launcher): a JSON-able record. The whole task, truth
+    and model-only pick included, runs BLAS on one thread, as each study does
+    (bench/search_efficiency.py's ``run_one``: ``--cpu-limit-s`` counts every thread's CPU time)."""
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(1):

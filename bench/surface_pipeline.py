@@ -129,12 +129,15 @@ def run_strategy(spec, truth, strategy: str, optimum_tps: float, optimum: dict, 
         share = truth_of(top_prediction(spec)) / optimum_tps
         return {"share": share, "at": {10: share, 20: share}, "counts": {"trials": 0}}
     s = study_spec(spec, seed=seed, sampler=STRATEGIES[strategy], resident=resident)
+
+    def inspect(study) -> dict[str, Any]:
+        if on_study is not None:
+            on_study(study, truth_of)
+        return {**diagnose(study, names, truth_of, optimum_tps, optimum),
+                **screening_summary(study.trials, s, study.user_attrs.get(PROBES_ATTR) or [])}
+
     final, at, counts = run_one(s, truth_of, optimum_tps, budget_gpuh * 3600, cpu_limit_s=cpu_limit_s,
-                                launcher=SurfaceLauncher(s, truth),
-                                inspect=lambda study: {**(on_study(study, truth_of) or {} if on_study else {}),
-                                                       **diagnose(study, names, truth_of, optimum_tps, optimum),
-                                                       **screening_summary(study.trials, s,
-                                                                           study.user_attrs.get(PROBES_ATTR) or [])})
+                                launcher=SurfaceLauncher(s, truth), inspect=inspect)
     return {"share": final, "at": at, "counts": counts}
 
 

@@ -38,6 +38,18 @@ def grouped_jackknife(statistic, n: int, groups: int, seed: int) -> np.ndarray:
     return np.array(out).T
 
 
+def _bias_and_acceleration(dist: np.ndarray, theta: np.ndarray, jack: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """BCa's bias correction z0 (from the resamples' share below the estimate, ties counted
+    half) and acceleration (from the jackknife's skew), per component, as scipy computes them;
+    nan where the jackknife does not vary."""
+    from scipy.special import ndtri
+
+    pct = ((dist < theta[:, None]).sum(-1) + (dist <= theta[:, None]).sum(-1)) / (2 * dist.shape[-1])
+    dev = jack.mean(-1, keepdims=True) - jack
+    with np.errstate(all="ignore"):
+        return ndtri(pct), (dev**3).sum(-1) / (6 * (dev**2).sum(-1) ** 1.5)
+
+
 def bca_limits(dist: np.ndarray, theta: np.ndarray, jack: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
     """BCa limits (Efron 1987) as scipy.stats.bootstrap computes them, from the bootstrap
     distribution (components x resamples), the full-sample estimate and jackknife values
@@ -46,10 +58,7 @@ def bca_limits(dist: np.ndarray, theta: np.ndarray, jack: np.ndarray, level: flo
     from scipy.special import ndtr, ndtri
 
     alpha = (1 - level) / 2
-    pct = ((dist < theta[:, None]).sum(-1) + (dist <= theta[:, None]).sum(-1)) / (2 * dist.shape[-1])
-    z0 = ndtri(pct)
-    dev = jack.mean(-1, keepdims=True) - jack
-    acc = (dev**3).sum(-1) / (6 * (dev**2).sum(-1) ** 1.5)
+    z0, acc = _bias_and_acceleration(dist, theta, jack)
     out = []
     for z in (ndtri(alpha), ndtri(1 - alpha)):
         a = ndtr(z0 + (z0 + z) / (1 - acc * (z0 + z)))
@@ -81,11 +90,7 @@ def bca_p_values(dist: np.ndarray, theta: np.ndarray, jack: np.ndarray) -> np.nd
     """
     from scipy.special import ndtr, ndtri
     b = dist.shape[-1]
-    pct = ((dist < theta[:, None]).sum(-1) + (dist <= theta[:, None]).sum(-1)) / (2 * b)
-    z0 = ndtri(pct)
-    dev = jack.mean(-1, keepdims=True) - jack
-    with np.errstate(all="ignore"):
-        acc = (dev**3).sum(-1) / (6 * (dev**2).sum(-1) ** 1.5)
+    z0, acc = _bias_and_acceleration(dist, theta, jack)
     share = np.clip(((dist < 0).sum(-1) + (dist <= 0).sum(-1)) / (2 * b), 1 / (2 * b), 1 - 1 / (2 * b))
     with np.errstate(all="ignore"):
         w = ndtri(share) - z0

@@ -308,13 +308,14 @@ def what_matters(importance: Sequence[dict[str, Any]], ablation: dict[str, Any] 
                 "combined": combined.get(knob)}
 
     rows = []
-    for k, e in sorted(abl.items(), key=lambda kv: -abs(kv[1]["impact"])):
+    by_size = sorted(abl.items(), key=lambda kv: -abs(kv[1]["impact"]))
+    for k, e in by_size:
         if e["significant"]:
             ch = channels(k)
             both = bool((ch["importance"] or {}).get("matters"))
             rows.append({"knob": k, "source": "ablation", "impact": e["impact"], "ci95": e["ci95"],
                          "evidence": ["ablation", "importance"] if both else ["ablation"], **ch})
-    for k, e in sorted(abl.items(), key=lambda kv: -abs(kv[1]["impact"])):
+    for k, e in by_size:
         if not e["significant"] and (combined.get(k) or {}).get("significant") and not imp[k].get("matters"):
             rows.append({"knob": k, "source": "both", "impact": e["impact"], "ci95": e["ci95"],
                          "evidence": ["ablation", "importance"], **channels(k)})
