@@ -3,8 +3,9 @@
 Per GPU model (or per group of GPU models ``tied`` as one chip on one network), a
 maximum-a-posteriori fit with ``scipy.optimize.least_squares``:
 
-- data residuals ``(log predicted - log measured) / noise_rel`` (relative errors, so a
-  2,000 and a 20,000 tokens/s measurement weigh alike);
+- data residuals ``(log predicted - log measured) / noise`` (relative errors, so a
+  2,000 and a 20,000 tokens/s measurement weigh alike; ``noise`` is ``noise_rel``, widened by
+  the part's ``peak_rel_sd`` where its peak is modelled, a power-capped H100);
 - one prior residual per constant, ``(z - z_prior) / prior_sigma`` on the logit (fractions)
   or log (positive) scale, so constants no measurement exercises stay at their prior.
 
@@ -12,6 +13,10 @@ A constant counts as *informed* when the data shrink its conditional standard de
 others held fixed, from the Jacobian at the optimum) below half the prior's. The rest are
 pinned at their base values and the informed ones refitted as one set, so what is written is
 one consistent optimum; only informed constants are written into the GPU's block.
+Flash attention's efficiency is tied across fit groups: each group's prior for it is the
+other groups' share of their kernel's published ceiling (helper.gpus'
+``attention_ceiling_flops``), carried to its own ceiling (``_attention_ties``), so a GPU whose
+rows barely exercise attention does not fit it to whatever its other constants leave over.
 ``quality`` reports leave-one-out error (each measurement predicted by a refit without it)
 next to the in-sample error; ``loo_errors`` lists each as ``[gpu, gpu_count, % error]`` for
 :mod:`helper.band`. Measurements whose
@@ -33,6 +38,7 @@ from scipy.optimize import least_squares
 
 from helper.calibration import CONSTANTS, PRIORS, SCHEMA_VERSION, load_calibration, resolve_constants
 from helper.collectives import UnsupportedCollective
+from helper.gpus import get_gpu
 from helper.layouts import Layout, LayoutStepPlan, layout_speed_ratio
 from helper.measurements import measurement_plan
 from helper.noise import estimate_noise_rel
@@ -78,13 +84,15 @@ def _pct_errors(items, consts_by_gpu) -> list[float]:
 
 
 def _fit_group(items: list, base_consts: dict[str, float], noise_rel: float, max_nfev: int,
-               n_starts: int = 5, free: list[str] | None = None, start: dict[str, float] | None = None):
+               n_starts: int = 5, free: list[str] | None = None, start: dict[str, float] | None = None,
+               sigma: dict[str, float] | None = None):
     pad_keys = sorted({k for _, _, k, _ in items if k})
     names = [k for k in (free if free is not None else _FITTED) if not k.startswith("padding_")] + pad_keys
     prior = {**base_consts, **{k: base_consts.get(k, _PADDING_PRIOR) for k in pad_keys}}
     z0 = np.array([_encode(nm, prior[nm]) for nm in names])
-    sig = np.array([_sigma(nm) for nm in names])
+    sig = np.array([(sigma or {}).get(nm, _sigma(nm)) for nm in names])
     meas = np.log(np.array([mv for *_, mv in items]))
+    noise = np.sqrt(noise_rel**2 + np.array([p.gpu.peak_rel_sd for _, p, _, _ in items]) ** 2)
 
     def consts_of(z: np.ndarray) -> dict[str, float]:
         return {**prior, **{nm: _decode(nm, float(zi)) for nm, zi in zip(names, z)}}
@@ -92,7 +100,7 @@ def _fit_group(items: list, base_consts: dict[str, float], noise_rel: float, max
     def residuals(z: np.ndarray) -> np.ndarray:
         c = consts_of(z)
         pred = np.log([_predict(p, k, c) for _, p, k, _ in items])
-        return np.concatenate([(pred - meas) / noise_rel, (z - z0) / sig])
+        return np.concatenate([(pred - meas) / noise, (z - z0) / sig])
 
     # Multi-start: NCCL's LL bandwidth cap (a min) and the overlap max() make the cost
     # piecewise smooth, so one descent can stall; the prior and seeded +-1 sigma perturbations.
@@ -115,17 +123,64 @@ def _fit_group(items: list, base_consts: dict[str, float], noise_rel: float, max
 
 
 def _loo_errors(group: list, base_consts: dict[str, float], noise_rel: float, max_nfev: int,
-                free: list[str], fitted: dict[str, float]) -> list[float]:
-    """% error on each measurement of a refit without it (same free constants, warm start)."""
+                free: list[str], fitted: dict[str, float], sigma: dict[str, float] | None = None) -> list[float]:
+    """% error on each measurement of a refit without it (same free constants and priors, warm start)."""
     errs = []
     for j, held in enumerate(group):
         rest = group[:j] + group[j + 1:]
-        consts, *_ = _fit_group(rest, base_consts, noise_rel, max_nfev, 1, free=free, start=fitted)
+        consts, *_ = _fit_group(rest, base_consts, noise_rel, max_nfev, 1, free=free, start=fitted, sigma=sigma)
         _, plan, key, meas = held
         if key and key not in consts:
             consts = {**consts, key: fitted.get(key, _PADDING_PRIOR)}
         errs.append(100.0 * (_predict(plan, key, consts) / meas - 1.0))
     return errs
+
+
+_ATTENTION = "attention_efficiency"
+ATTENTION_TIE_SD = 0.15
+"""Log-scale spread of one GPU's flash-attention share of its kernel ceiling around another's:
+the ceilings (helper.gpus' ``attention_ceiling_flops``) are each one published maximum, one of
+them derived from the forward and backward maxima; their ratio is known to about 15%."""
+
+
+def _members(group: list) -> list[str]:
+    return sorted({p.gpu.name for _, p, _, _ in group})
+
+
+def _kernel_share(gpu: str) -> float | None:
+    """Attention efficiency (a share of the dense peak) per unit share of the kernel ceiling;
+    None for a part without a published ceiling (the CPU proxy): it neither gives nor takes."""
+    spec = get_gpu(gpu)
+    return None if spec.attention_ceiling_flops is None else spec.attention_ceiling_flops / spec.peak_flops
+
+
+def _attention_ties(by_gpu: dict[str, list], first: dict[str, tuple]) -> dict[str, tuple[float, float]]:
+    """Per fit group, attention efficiency's prior (value, logit-scale sd) from the *other*
+    groups' first fits: their shares of their kernel ceilings, precision-weighted on the log
+    scale, carried to this GPU's ceiling; spread :data:`ATTENTION_TIE_SD` beyond their own sd.
+
+    Attention is informed on a GPU only by its long-sequence rows; a GPU with few (the H100
+    rows of llm-foundry's large-scale table, all at 2,048 tokens) would otherwise fit it to
+    whatever the other constants leave over (0.10 of H100's peak, against 0.15 where the long
+    rows are in: docs/validation.md). Its own rows still move it where they inform it.
+    Groups whose first fit did not inform attention give nothing; one group: no tie."""
+    ratio = {label: _kernel_share(_members(group)[0]) for label, group in by_gpu.items()}
+    shares = {}
+    for label, (fitted, informed, sd, _) in first.items():
+        a = fitted[_ATTENTION]
+        if ratio[label] and _ATTENTION in informed and sd.get(_ATTENTION):  # sd: logit -> log scale
+            shares[label] = (math.log(a / ratio[label]), sd[_ATTENTION] * (1.0 - a))
+    out = {}
+    for label in by_gpu:
+        others = [(v, s) for other, (v, s) in shares.items() if other != label]
+        if not others or not ratio[label]:
+            continue
+        weights = [1.0 / s**2 for _, s in others]
+        log_share = sum(w * v for w, (v, _) in zip(weights, others)) / sum(weights)
+        value = min(math.exp(log_share) * ratio[label], 0.95)
+        sd_log = math.sqrt(1.0 / sum(weights) + ATTENTION_TIE_SD**2)
+        out[label] = (value, sd_log / (1.0 - value))  # d logit = d log / (1 - value)
+    return out
 
 
 def _loo_summary(loo: list[float], abs_in: list[float]) -> dict[str, Any]:
@@ -243,18 +298,25 @@ def fit_calibration(measurements: list[dict[str, Any]], *, base: dict[str, Any] 
     converged: dict[str, bool] = {}
     loo: list[float] = []
     loo_by_job: list[tuple[str, int, float]] = []  # (gpu, gpu_count, % error) per left-out figure
-    for group in by_gpu.values():
-        members = sorted({p.gpu.name for _, p, _, _ in group})
-        prior = base_consts[members[0]]
-        fitted, informed, sd, ok = _fit_group(group, prior, noise_rel, max_nfev, n_starts)
+    first = {label: _fit_group(group, base_consts[_members(group)[0]], noise_rel, max_nfev, n_starts)
+             for label, group in by_gpu.items()}
+    ties = _attention_ties(by_gpu, first)
+    for label, group in by_gpu.items():
+        members = _members(group)
+        fitted, informed, sd, ok = first[label]
+        prior, sigma = dict(base_consts[members[0]]), None
+        if label in ties:  # attention's prior: the other GPUs' kernel share (_attention_ties)
+            prior[_ATTENTION], s = ties[label]
+            sigma = {_ATTENTION: s}
+            informed = sorted(set(informed) | {_ATTENTION})
         # Pin what the data did not inform at its base value and refit the rest as one set:
         # the written constants are then a consistent optimum, not a mix (issue 13).
         free = [k for k in informed if not k.startswith("padding_")]
         fitted, _, sd2, ok = _fit_group(group, prior, noise_rel, max_nfev, n_starts,
-                                        free=free, start=fitted)
+                                        free=free, start=fitted, sigma=sigma)
         sd.update(sd2)
         if cross_validate and len(group) > 2:
-            errs = _loo_errors(group, prior, noise_rel, max_nfev, free, fitted)
+            errs = _loo_errors(group, prior, noise_rel, max_nfev, free, fitted, sigma)
             loo.extend(errs)
             loo_by_job.extend((p.gpu.name, p.gpu_count, e) for (_, p, _, _), e in zip(group, errs))
         # Start-up: the median of (measured - modelled variable part) sets startup_fixed_s.

@@ -57,6 +57,16 @@ class GpuSpec:
     """Bytes per element of parameters and activations as computed (2 = bf16)."""
     peak_is_nominal: bool = False
     """True when ``peak_flops`` is a nominal figure (the CPU proxy), not a datasheet peak."""
+    peak_rel_sd: float = 0.0
+    """Relative uncertainty of ``peak_flops``: 0 for a datasheet figure; a modelled part (a
+    power-capped one) states how far its peak may be off. ``helper.fitting`` weighs such a
+    part's measurements by ``sqrt(noise^2 + peak_rel_sd^2)``: a row whose part is uncertain
+    informs the shared constants less."""
+    attention_ceiling_flops: float | None = None
+    """Published forward + backward ceiling of the flash-attention kernel on this part, FLOP/s
+    (None: ``peak_flops``). Not a throughput the model predicts with: ``helper.fitting`` ties
+    attention's efficiency across GPU models through it, so a GPU whose rows hardly exercise
+    attention takes its kernel share from the GPUs whose rows do (see ``_FA2_*`` below)."""
     source: str
     """Where the numbers come from."""
 
@@ -81,6 +91,16 @@ _GPU_OVERHEAD_GB = 1.0
 # understated an H100 by 7 % and predicted published jobs out of memory (issue 13).
 _MIB = 2**20 / 1e9
 
+# Flash attention's ceilings, one kernel (FlashAttention-2, Dao 2023, arXiv 2307.08691) on both
+# parts. A100: "up to 73% of the theoretical max throughput in the forward pass, and up to 63%
+# ... in the backward pass" (Sec. 1), the backward counted as 2.5x the forward's FLOPs (Sec.
+# 4.1): fwd+bwd = 3.5 / (1 / 0.73 + 2.5 / 0.63) x 312 = 205 TFLOP/s. H100: "up to 335
+# TFLOPs/s" forward + backward (Sec. 4.1, Fig. 7), the same kernel without Hopper's TMA or
+# wgmma. The kernel reaches 0.66 of A100's dense peak but 0.34 of H100's: a share of the dense
+# peak does not carry from one part to the other, a share of this ceiling does (issue 30).
+_FA2_A100_FLOPS = 3.5 / (1 / 0.73 + 2.5 / 0.63) * 312e12
+_FA2_H100_FLOPS = 335e12
+
 GPUS: dict[str, GpuSpec] = {
     g.name: g
     for g in (
@@ -91,11 +111,13 @@ GPUS: dict[str, GpuSpec] = {
         GpuSpec(name="A100-40GB", peak_flops=312e12, memory_gb=40960 * _MIB, hbm_gbs=1555.0,
                 intra_node_gbs=300.0, net_gbs_per_gpu=25.0, nccl_arch="ampere", nvls=False,
                 cpu_cores_per_gpu=16, framework_overhead_gb=_GPU_OVERHEAD_GB, compute_dtype_bytes=2,
+                attention_ceiling_flops=_FA2_A100_FLOPS,
                 source="NVIDIA A100 datasheet (SXM4 40GB); DGX A100 datasheet"),
         # Same datasheet: A100 80GB SXM HBM2e 2,039 GB/s; DGX A100 640GB: 8x 200 Gb/s.
         GpuSpec(name="A100-80GB", peak_flops=312e12, memory_gb=81920 * _MIB, hbm_gbs=2039.0,
                 intra_node_gbs=300.0, net_gbs_per_gpu=25.0, nccl_arch="ampere", nvls=False,
                 cpu_cores_per_gpu=16, framework_overhead_gb=_GPU_OVERHEAD_GB, compute_dtype_bytes=2,
+                attention_ceiling_flops=_FA2_A100_FLOPS,
                 source="NVIDIA A100 datasheet (SXM4 80GB); DGX A100 datasheet"),
         # NVIDIA H100 datasheet (nvidia.com/en-us/data-center/h100), SXM5: BF16 tensor core
         # 1,979 TFLOPS with sparsity = 989 dense; 80 GB HBM3 at 3.35 TB/s; NVLink 900 GB/s
@@ -104,6 +126,7 @@ GPUS: dict[str, GpuSpec] = {
         GpuSpec(name="H100-80GB", peak_flops=989e12, memory_gb=81559 * _MIB, hbm_gbs=3350.0,
                 intra_node_gbs=450.0, net_gbs_per_gpu=50.0, nccl_arch="hopper", nvls=True,
                 cpu_cores_per_gpu=14, framework_overhead_gb=_GPU_OVERHEAD_GB, compute_dtype_bytes=2,
+                attention_ceiling_flops=_FA2_H100_FLOPS,
                 source="NVIDIA H100 datasheet (SXM5); DGX H100 user guide"),
         # NVIDIA H200 datasheet (nvidia.com/en-us/data-center/h200), SXM: BF16 1,979 TFLOPS
         # with sparsity = 989 dense; 141 GB HBM3e at 4.8 TB/s; NVLink 900 GB/s. DGX H200:
@@ -111,6 +134,7 @@ GPUS: dict[str, GpuSpec] = {
         GpuSpec(name="H200-141GB", peak_flops=989e12, memory_gb=143771 * _MIB, hbm_gbs=4800.0,
                 intra_node_gbs=450.0, net_gbs_per_gpu=50.0, nccl_arch="hopper", nvls=True,
                 cpu_cores_per_gpu=14, framework_overhead_gb=_GPU_OVERHEAD_GB, compute_dtype_bytes=2,
+                attention_ceiling_flops=_FA2_H100_FLOPS,
                 source="NVIDIA H200 datasheet (SXM); DGX H200 datasheet"),
         # The CPU/gloo quickstart proxy: one process per "GPU". Nothing here is a datasheet
         # number. peak_flops is the nominal fp32 FMA peak of one 2.5 GHz AVX2 core
@@ -162,6 +186,8 @@ def power_capped(spec: GpuSpec, *, watts: float, tdp_watts: float) -> GpuSpec:
     if not 0 < watts <= tdp_watts:
         raise ValueError(f"watts must be in (0, tdp_watts={tdp_watts}], got {watts}")
     scale = (watts / tdp_watts) ** (1.0 / 3.0)
+    ceiling = spec.attention_ceiling_flops
     return dataclasses.replace(spec, peak_flops=spec.peak_flops * scale,
+                               attention_ceiling_flops=None if ceiling is None else ceiling * scale,
                                source=f"{spec.source}; power-capped at {watts:g} W of {tdp_watts:g} W "
                                       f"(peak x {scale:.3f}, helper.gpus.power_capped)")

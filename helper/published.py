@@ -39,6 +39,7 @@ LLAMA2 = "https://arxiv.org/abs/2307.09288"
 GRAND_TETON_H100 = dataclasses.replace(
     power_capped(get_gpu("H100-80GB"), watts=500, tdp_watts=700),
     memory_gb=96 * 2**30 / 1e9, hbm_gbs=2400.0,
+    peak_rel_sd=(989e12 - 835e12) / 2 / 884e12,  # between the NVL's and the SXM's peak: +-8.7%
     source="torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Hardware: H100 with 96GB HBM2e "
            "at 2.4 TB/s, 400 Gb/s per GPU, default 500 W power limit (TDP 700 W); peak between "
            "NVL and SXM per its footnote 2; helper.gpus.power_capped gives 884 TFLOP/s")

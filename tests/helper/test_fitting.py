@@ -180,3 +180,51 @@ def test_fit_reads_the_host_dispatch_of_a_faster_host_from_host_bound_trials():
     cal = fit_calibration(ms)
     assert "host_dispatch_scale" in cal["informed"]["H100-80GB"]
     assert cal["constants"]["H100-80GB"]["host_dispatch_scale"] == pytest.approx(0.8, rel=0.1)
+
+
+def _attention_grid(seqs):
+    return [dict(gpu_count=8, micro_batch=mb, seq_len=s) for mb, s in itertools.product((1, 2), seqs)]
+
+
+def test_attention_is_tied_across_gpus_through_the_kernels_ceiling():
+    """A100 rows at 1k-16k tokens inform flash attention; H100 rows all at 2,048 hardly do. The
+    H100's attention then comes from the A100's share of its FlashAttention-2 ceiling (205
+    TFLOP/s) carried to the H100's (335): the same kernel share, not the same share of the dense
+    peak (helper.gpus: 0.66 of A100's, 0.34 of H100's). Its own long rows overrule the tie."""
+    from helper.gpus import get_gpu
+
+    a100, h100 = get_gpu("A100-80GB"), get_gpu("H100-80GB")
+    share = 0.60  # of the kernel's ceiling, on both parts (the shipped calibration: 0.42-0.45)
+    att = {g.name: share * g.attention_ceiling_flops / g.peak_flops for g in (a100, h100)}
+    common = dict(model_size="1.3b", num_workers=4, noise=0.01)
+    a_rows = _synthetic(_attention_grid((1024, 4096, 16384)), {"attention_efficiency": att["A100-80GB"]},
+                        gpu="A100-80GB", seed=1, **common)
+    h_short = _synthetic(_attention_grid((2048,)), {"attention_efficiency": att["H100-80GB"]}, seed=2, **common)
+    alone = fit_calibration(h_short)["constants"]["H100-80GB"]   # stays near the shipped 0.15
+    tied = fit_calibration(a_rows + h_short)
+    h_att = tied["constants"]["H100-80GB"]["attention_efficiency"]
+    assert h_att == pytest.approx(att["H100-80GB"], rel=0.1)                 # 0.203 of H100's peak
+    assert abs(alone.get("attention_efficiency", 0.5) / att["H100-80GB"] - 1) > 0.2  # alone: not pinned
+    assert "attention_efficiency" in tied["informed"]["H100-80GB"]
+    # where the H100's own rows are long, they decide: a truth 0.7 of the tie's is read back
+    h_long = _synthetic(_attention_grid((2048, 8192, 16384)), {"attention_efficiency": att["H100-80GB"] * 0.7},
+                        seed=3, **common)
+    own = fit_calibration(a_rows + h_long)["constants"]["H100-80GB"]["attention_efficiency"]
+    assert own == pytest.approx(att["H100-80GB"] * 0.7, rel=0.1)
+    # one GPU alone is fitted as before: no tie, the same constants
+    assert fit_calibration(a_rows)["constants"]["A100-80GB"] == fit_calibration(a_rows)["constants"]["A100-80GB"]
+
+
+def test_a_row_on_a_part_whose_peak_is_modelled_weighs_less():
+    """helper.gpus' peak_rel_sd: a power-capped part's peak is a model (+-8.7% for torchtitan's
+    500 W H100); its rows pull the shared constants less than a datasheet part's."""
+    from helper.gpus import get_gpu
+
+    grid = [dict(gpu_count=8, micro_batch=mb, seq_len=2048) for mb in (1, 2, 4, 8)]
+    ms = _synthetic(grid, {"compute_efficiency": 0.5}, model_size="7b", num_workers=4, noise=0.0)
+    odd = dict(ms[0], micro_batch=3, tokens_per_sec_per_gpu=ms[0]["tokens_per_sec_per_gpu"] * 0.7)
+    fitted = {}
+    for sd in (0.0, 0.2):
+        part = dataclasses.replace(get_gpu("H100-80GB"), peak_rel_sd=sd)
+        fitted[sd] = fit_calibration(ms + [dict(odd, gpu=part)] * 3, noise_rel=0.02)["constants"]["H100-80GB"]
+    assert abs(fitted[0.2]["compute_efficiency"] - 0.5) < abs(fitted[0.0]["compute_efficiency"] - 0.5)
