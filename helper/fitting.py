@@ -159,10 +159,10 @@ def _attention_ties(by_gpu: dict[str, list], first: dict[str, tuple]) -> dict[st
     groups' first fits: their shares of their kernel ceilings, precision-weighted on the log
     scale, carried to this GPU's ceiling; spread :data:`ATTENTION_TIE_SD` beyond their own sd.
 
-    Attention is informed on a GPU only by its long-sequence rows; a GPU with few (the H100
-    rows of llm-foundry's large-scale table, all at 2,048 tokens) would otherwise fit it to
-    whatever the other constants leave over (0.10 of H100's peak, against 0.15 where the long
-    rows are in: docs/validation.md). Its own rows still move it where they inform it.
+    Attention is informed on a GPU mostly by its long-sequence rows; a GPU with none (the H100
+    rows of llm-foundry's large-scale table, all at 2,048 tokens, and torchtitan's two) would
+    otherwise fit it to whatever the other constants leave over (0.10 of H100's peak, against
+    0.15 where the long rows are in: docs/validation.md). Its own rows still move it where they inform it.
     Groups whose first fit did not inform attention give nothing; one group: no tie."""
     ratio = {label: _kernel_share(_members(group)[0]) for label, group in by_gpu.items()}
     shares = {}
