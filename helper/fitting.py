@@ -38,7 +38,6 @@ from scipy.optimize import least_squares
 
 from helper.calibration import CONSTANTS, PRIORS, SCHEMA_VERSION, load_calibration, resolve_constants
 from helper.collectives import UnsupportedCollective
-from helper.gpus import get_gpu
 from helper.layouts import Layout, LayoutStepPlan, layout_speed_ratio
 from helper.measurements import measurement_plan
 from helper.noise import estimate_noise_rel
@@ -147,10 +146,12 @@ def _members(group: list) -> list[str]:
     return sorted({p.gpu.name for _, p, _, _ in group})
 
 
-def _kernel_share(gpu: str) -> float | None:
-    """Attention efficiency (a share of the dense peak) per unit share of the kernel ceiling;
-    None for a part without a published ceiling (the CPU proxy): it neither gives nor takes."""
-    spec = get_gpu(gpu)
+def _kernel_share(group: list) -> float | None:
+    """Attention efficiency (a share of the dense peak) per unit share of the kernel ceiling, from
+    the group's own part (a power cap scales both alike; a part outside helper.gpus' table needs
+    no look-up); None for a part without a published ceiling (the CPU proxy): it neither gives
+    nor takes."""
+    spec = group[0][1].gpu
     return None if spec.attention_ceiling_flops is None else spec.attention_ceiling_flops / spec.peak_flops
 
 
@@ -164,7 +165,7 @@ def _attention_ties(by_gpu: dict[str, list], first: dict[str, tuple]) -> dict[st
     otherwise fit it to whatever the other constants leave over (0.10 of H100's peak, against
     0.15 where the long rows are in: docs/validation.md). Its own rows still move it where they inform it.
     Groups whose first fit did not inform attention give nothing; one group: no tie."""
-    ratio = {label: _kernel_share(_members(group)[0]) for label, group in by_gpu.items()}
+    ratio = {label: _kernel_share(group) for label, group in by_gpu.items()}
     shares = {}
     for label, (fitted, informed, sd, _) in first.items():
         a = fitted[_ATTENTION]

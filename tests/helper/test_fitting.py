@@ -186,7 +186,7 @@ def _attention_grid(seqs):
     return [dict(gpu_count=8, micro_batch=mb, seq_len=s) for mb, s in itertools.product((1, 2), seqs)]
 
 
-def test_attention_is_tied_across_gpus_through_the_kernels_ceiling():
+def test_attention_is_tied_across_gpus_through_the_kernels_ceiling(monkeypatch):
     """A100 rows at 1k-16k tokens inform flash attention; H100 rows all at 2,048 hardly do. The
     H100's attention then comes from the A100's share of its FlashAttention-2 ceiling (205
     TFLOP/s) carried to the H100's (335): the same kernel share, not the same share of the dense
@@ -211,8 +211,18 @@ def test_attention_is_tied_across_gpus_through_the_kernels_ceiling():
                         seed=3, **common)
     own = fit_calibration(a_rows + h_long)["constants"]["H100-80GB"]["attention_efficiency"]
     assert own == pytest.approx(att["H100-80GB"] * 0.7, rel=0.1)
-    # one GPU alone is fitted as before: no tie, the same constants
-    assert fit_calibration(a_rows)["constants"]["A100-80GB"] == fit_calibration(a_rows)["constants"]["A100-80GB"]
+    # one GPU alone is fitted as before: no tie (no other group to take a share from)
+    import helper.fitting as fitting
+
+    mine = dataclasses.replace(h100, name="MyH100")
+    h_mine = _synthetic(_attention_grid((2048,)), {"attention_efficiency": att["H100-80GB"]}, gpu=mine, seed=2, **common)
+    mine_att = fit_calibration(a_rows + h_mine)["constants"]["MyH100"]["attention_efficiency"]
+    alone_a = fit_calibration(a_rows)["constants"]["A100-80GB"]
+    monkeypatch.setattr(fitting, "_attention_ties", lambda by_gpu, first: {})
+    assert fit_calibration(a_rows)["constants"]["A100-80GB"] == alone_a
+    assert fit_calibration(a_rows + h_short)["constants"]["H100-80GB"] == alone   # the tie is what moved it
+    # a part outside helper.gpus' table takes the tie from its own spec (it was looked up by name)
+    assert mine_att == pytest.approx(att["H100-80GB"], rel=0.1)
 
 
 def test_a_row_on_a_part_whose_peak_is_modelled_weighs_less():
