@@ -136,6 +136,27 @@ def loso_tables(results: list[dict]) -> list[str]:
     return lines
 
 
+def tie_sensitivity(spreads: tuple[float, ...] = (0.3, 0.5, 0.7, 1.0)) -> list[str]:
+    """The leave-one-source-out summary with the constants shared across GPUs (helper.ties) left
+    untied, then tied at each spread: how much the fit's figures lean on the guessed spread."""
+    import helper.ties as ties
+
+    saved = ties.SHARED_ACROSS_GPUS, ties.SHARED_TIE_SD
+    lines = [f"Shared across GPUs when tied: {', '.join(saved[0])}.", "",
+             "| tied | spread | rows | median abs. error % | p90 % | max % | within 10% |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    try:
+        for shared, sd in [((), None)] + [(saved[0], s) for s in spreads]:
+            ties.SHARED_ACROSS_GPUS, ties.SHARED_TIE_SD = shared, sd if sd is not None else saved[1]
+            errs = [x["error_pct"] for x in leave_one_source_out()]
+            mark = " (shipped)" if sd == saved[1] else ""
+            tied = "shared constants" if shared else "none (attention only)"
+            lines.append(f"| {tied} | {sd if sd is not None else '-'}{mark} | {_summary(errs)} |")
+    finally:
+        ties.SHARED_ACROSS_GPUS, ties.SHARED_TIE_SD = saved
+    return lines
+
+
 def worst_rows(results: list[dict], over_pct: float = 10.0) -> list[str]:
     """The held-out rows predicted more than ``over_pct`` off, worst first, each with its citation."""
     lines = ["| held-out row | GPUs | config | published | predicted | error | figure |",
@@ -307,6 +328,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-trace", action="store_true",
                         help="also compare estimate_memory with PyTorch's FSDP2 memory tracker (needs torch; slow)")
     parser.add_argument("--rows", action="store_true", help="also every published row against the shipped calibration")
+    parser.add_argument("--tie-sensitivity", action="store_true",
+                        help="also the leave-one-source-out summary with helper.ties' shared constants untied "
+                             "and at spreads 0.3-1.0 (five more fits of every fold: ~3 minutes)")
     args = parser.parse_args(argv)
     if args.write_default:
         cal = build_default_calibration()
@@ -319,6 +343,9 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(loso_tables(results)))
     print("\nHeld-out rows more than 10% off:\n")
     print("\n".join(worst_rows(results)))
+    if args.tie_sensitivity:
+        print("\nThe constants shared across GPUs (helper.ties), untied and at other spreads:\n")
+        print("\n".join(tie_sensitivity()))
     lines, bad, total = oom_table()
     print(f"\n## Memory: published configurations that ran, predicted out of memory: {bad} of {total}\n")
     print("\n".join(lines))

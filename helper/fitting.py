@@ -13,10 +13,10 @@ A constant counts as *informed* when the data shrink its conditional standard de
 others held fixed, from the Jacobian at the optimum) below half the prior's. The rest are
 pinned at their base values and the informed ones refitted as one set, so what is written is
 one consistent optimum; only informed constants are written into the GPU's block.
-Flash attention's efficiency is tied across fit groups: each group's prior for it is the
-other groups' share of their kernel's published ceiling (helper.gpus'
-``attention_ceiling_flops``), carried to its own ceiling (``_attention_ties``), so a GPU whose
-rows barely exercise attention does not fit it to whatever its other constants leave over.
+Where several GPU groups are fitted together, the second pass takes some priors from the
+other groups' first fits (:func:`helper.ties.prior_ties`: flash attention in units of its
+kernel's published ceiling; host and software constants as they are), so a GPU whose rows
+barely exercise a constant does not fit it to whatever its other constants leave over.
 ``quality`` reports leave-one-out error (each measurement predicted by a refit without it)
 next to the in-sample error; ``loo_errors`` lists each as ``[gpu, gpu_count, % error]`` for
 :mod:`helper.band`. Measurements whose
@@ -42,6 +42,7 @@ from helper.layouts import Layout, LayoutStepPlan, layout_speed_ratio
 from helper.measurements import measurement_plan
 from helper.noise import estimate_noise_rel
 from helper.throughput import StepPlan, step_time_breakdown
+from helper.ties import prior_ties
 
 __all__ = ["fit_calibration", "measurement_plan", "KNOBS_REPORTED"]
 
@@ -135,53 +136,8 @@ def _loo_errors(group: list, base_consts: dict[str, float], noise_rel: float, ma
     return errs
 
 
-_ATTENTION = "attention_efficiency"
-ATTENTION_TIE_SD = 0.15
-"""Log-scale spread of one GPU's flash-attention share of its kernel ceiling around another's:
-the ceilings (helper.gpus' ``attention_ceiling_flops``) are each one published maximum, one of
-them derived from the forward and backward maxima; their ratio is known to about 15%."""
-
-
 def _members(group: list) -> list[str]:
     return sorted({p.gpu.name for _, p, _, _ in group})
-
-
-def _kernel_share(group: list) -> float | None:
-    """Attention efficiency (a share of the dense peak) per unit share of the kernel ceiling, from
-    the group's own part (a power cap scales both alike; a part outside helper.gpus' table needs
-    no look-up); None for a part without a published ceiling (the CPU proxy): it neither gives
-    nor takes."""
-    spec = group[0][1].gpu
-    return None if spec.attention_ceiling_flops is None else spec.attention_ceiling_flops / spec.peak_flops
-
-
-def _attention_ties(by_gpu: dict[str, list], first: dict[str, tuple]) -> dict[str, tuple[float, float]]:
-    """Per fit group, attention efficiency's prior (value, logit-scale sd) from the *other*
-    groups' first fits: their shares of their kernel ceilings, precision-weighted on the log
-    scale, carried to this GPU's ceiling; spread :data:`ATTENTION_TIE_SD` beyond their own sd.
-
-    Attention is informed on a GPU mostly by its long-sequence rows; a GPU with none (the H100
-    rows of llm-foundry's large-scale table, all at 2,048 tokens, and torchtitan's two) would
-    otherwise fit it to whatever the other constants leave over (0.10 of H100's peak, against
-    0.15 where the long rows are in: docs/validation.md). Its own rows still move it where they inform it.
-    Groups whose first fit did not inform attention give nothing; one group: no tie."""
-    ratio = {label: _kernel_share(group) for label, group in by_gpu.items()}
-    shares = {}
-    for label, (fitted, informed, sd, _) in first.items():
-        a = fitted[_ATTENTION]
-        if ratio[label] and _ATTENTION in informed and sd.get(_ATTENTION):  # sd: logit -> log scale
-            shares[label] = (math.log(a / ratio[label]), sd[_ATTENTION] * (1.0 - a))
-    out = {}
-    for label in by_gpu:
-        others = [(v, s) for other, (v, s) in shares.items() if other != label]
-        if not others or not ratio[label]:
-            continue
-        weights = [1.0 / s**2 for _, s in others]
-        log_share = sum(w * v for w, (v, _) in zip(weights, others)) / sum(weights)
-        value = min(math.exp(log_share) * ratio[label], 0.95)
-        sd_log = math.sqrt(1.0 / sum(weights) + ATTENTION_TIE_SD**2)
-        out[label] = (value, sd_log / (1.0 - value))  # d logit = d log / (1 - value)
-    return out
 
 
 def _loo_summary(loo: list[float], abs_in: list[float]) -> dict[str, Any]:
@@ -301,15 +257,16 @@ def fit_calibration(measurements: list[dict[str, Any]], *, base: dict[str, Any] 
     loo_by_job: list[tuple[str, int, float]] = []  # (gpu, gpu_count, % error) per left-out figure
     first = {label: _fit_group(group, base_consts[_members(group)[0]], noise_rel, max_nfev, n_starts)
              for label, group in by_gpu.items()}
-    ties = _attention_ties(by_gpu, first)
+    ties = prior_ties(by_gpu, first, {k: spec.kind for k, spec in CONSTANTS.items()})
     for label, group in by_gpu.items():
         members = _members(group)
         fitted, informed, sd, ok = first[label]
         prior, sigma = dict(base_consts[members[0]]), None
-        if label in ties:  # attention's prior: the other GPUs' kernel share (_attention_ties)
-            prior[_ATTENTION], s = ties[label]
-            sigma = {_ATTENTION: s}
-            informed = sorted(set(informed) | {_ATTENTION})
+        if label in ties:  # priors from the other groups' first fits (helper.ties)
+            sigma = {}
+            for name, (value, s) in ties[label].items():
+                prior[name], sigma[name] = value, s
+            informed = sorted(set(informed) | set(ties[label]))
         # Pin what the data did not inform at its base value and refit the rest as one set:
         # the written constants are then a consistent optimum, not a mix (issue 13).
         free = [k for k in informed if not k.startswith("padding_")]

@@ -29,3 +29,20 @@ def test_every_scored_row_names_its_source_and_stack():
     rows = vm.scored_rows()
     assert all(r["source"] and r["stack"] for r in rows)
     assert len({r["source"] for r in rows}) >= 7
+
+
+def test_the_tie_sensitivity_unties_then_varies_the_spread_and_restores_the_shipped_one(monkeypatch):
+    import helper.ties as ties
+
+    shipped = ties.SHARED_ACROSS_GPUS, ties.SHARED_TIE_SD
+    seen = []
+
+    def fake_loso():
+        seen.append((ties.SHARED_ACROSS_GPUS, ties.SHARED_TIE_SD))
+        return [{"error_pct": 2.0 * len(seen)}]
+
+    monkeypatch.setattr(vm, "leave_one_source_out", fake_loso)
+    lines = vm.tie_sensitivity((0.3, shipped[1]))
+    assert seen == [((), shipped[1]), (shipped[0], 0.3), shipped]
+    assert (ties.SHARED_ACROSS_GPUS, ties.SHARED_TIE_SD) == shipped
+    assert len(lines) == 4 + 3 and "none (attention only)" in lines[4] and "(shipped)" in lines[6]

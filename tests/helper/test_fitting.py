@@ -218,7 +218,7 @@ def test_attention_is_tied_across_gpus_through_the_kernels_ceiling(monkeypatch):
     h_mine = _synthetic(_attention_grid((2048,)), {"attention_efficiency": att["H100-80GB"]}, gpu=mine, seed=2, **common)
     mine_att = fit_calibration(a_rows + h_mine)["constants"]["MyH100"]["attention_efficiency"]
     alone_a = fit_calibration(a_rows)["constants"]["A100-80GB"]
-    monkeypatch.setattr(fitting, "_attention_ties", lambda by_gpu, first: {})
+    monkeypatch.setattr(fitting, "prior_ties", lambda by_gpu, first, kinds: {})
     assert fit_calibration(a_rows)["constants"]["A100-80GB"] == alone_a
     assert fit_calibration(a_rows + h_short)["constants"]["H100-80GB"] == alone   # the tie is what moved it
     # a part outside helper.gpus' table takes the tie from its own spec (it was looked up by name)
