@@ -64,7 +64,7 @@ class GpuSpec:
     informs the shared constants less."""
     attention_ceiling_flops: float | None = None
     """Published forward + backward ceiling of the flash-attention kernel on this part, FLOP/s
-    (None: ``peak_flops``). Not a throughput the model predicts with: ``helper.fitting`` ties
+    (None: ``peak_flops``). Not a throughput the model predicts with: ``helper.ties`` ties
     attention's efficiency across GPU models through it, so a GPU whose rows hardly exercise
     attention takes its kernel share from the GPUs whose rows do (see ``_FA2_*`` below)."""
     source: str

@@ -118,15 +118,18 @@ def prior_ties(by_gpu: dict[str, list], first: dict[str, tuple],
         kinds: constant -> ``"fraction"`` (logit scale) or ``"positive"`` (log scale).
 
     Only groups whose first fit informed a constant give it; a group with no other group to
-    take from gets nothing (one group: ``{}``)."""
+    take from gets nothing (one group: ``{}``). The shared constants pass only between NVIDIA
+    parts on NCCL: the CPU proxy (gloo, no tensor cores, a Python-bound step) neither gives nor
+    takes them, as it has no flash-attention ceiling to give or take attention by."""
     out: dict[str, dict[str, tuple[float, float]]] = {}
     for label, tie in _attention_tie(by_gpu, first).items():
         out.setdefault(label, {})[ATTENTION] = tie
+    gpus = {label for label, group in by_gpu.items() if group[0][1].gpu.nccl_arch != "none"}
     for name in SHARED_ACROSS_GPUS:
         kind = kinds[name]
-        readings = {label: (_encode(kind, fitted[name]), sd[name])
-                    for label, (fitted, informed, sd, _) in first.items() if name in informed and sd.get(name)}
-        for label in by_gpu:
+        readings = {label: (_encode(kind, fitted[name]), sd[name]) for label, (fitted, informed, sd, _) in first.items()
+                    if label in gpus and name in informed and sd.get(name)}
+        for label in gpus:
             pooled = _pooled(readings, label, SHARED_TIE_SD)
             if pooled:
                 out.setdefault(label, {})[name] = (_decode(kind, pooled[0]), pooled[1])

@@ -77,3 +77,13 @@ def test_a_gpu_whose_rows_barely_exercise_a_host_cost_takes_it_from_the_other_gp
     apart = fit_calibration(a_rows + h_rows)["constants"]
     assert apart["A100-80GB"]["layer_overhead_s"] == pytest.approx(read, rel=0.05)
     assert apart["H100-80GB"]["layer_overhead_s"] < 0.5 * read   # alone, its two rows do not move it
+
+
+def test_the_cpu_proxy_neither_gives_nor_takes_the_shared_constants():
+    by_gpu = {"cpu": _group("cpu"), "H100-80GB": _group("H100-80GB"), "A100-80GB": _group("A100-80GB")}
+    first = {"cpu": _first({"gemm_tokens_half": 1.0}, {"gemm_tokens_half": 0.1}),
+             "H100-80GB": _first({"gemm_tokens_half": 1000.0}, {"gemm_tokens_half": 0.1}),
+             "A100-80GB": _first({"gemm_tokens_half": 800.0}, {})}
+    ties = prior_ties(by_gpu, first, KINDS)
+    assert "cpu" not in ties                                          # no tensor-core tiles to share
+    assert ties["A100-80GB"]["gemm_tokens_half"][0] == pytest.approx(1000.0)   # the CPU's 1.0 not pooled in
