@@ -12,8 +12,8 @@ with some priors replaced by what the *other* groups' first fits read (:func:`pr
 A group whose rows pin a constant keeps its own reading (its data outweigh the tie's spread);
 a group whose rows barely exercise it (an A100 table all on 8 GPUs says little about
 collective latency, a table all at 2,048 tokens little about attention) no longer fits it to
-whatever its other constants leave over. One group alone (a ``tuner distill``, the
-model-guided sampler's in-loop refit): no tie.
+whatever its other constants leave over. One group alone (a ``tuner distill`` of one
+cluster, the model-guided sampler's in-loop refit): no tie. The numbers: docs/validation.md.
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ bus bandwidth and NCCL's protocol factors) and the cluster's own host speed
 SHARED_TIE_SD = 0.5
 """Spread of one GPU's shared constant around the others', on the fitted scale (log for
 seconds and rows, logit for the overlap fraction): a factor e^0.5 = 1.65 between parts. A guess;
-bench/validate_model.py's leave-one-source-out median reads 3.27-3.72% for 0.3-1.0
-(docs/benchmarks.md)."""
+``python bench/validate_model.py --tie-sensitivity`` reads the leave-one-source-out median
+3.3-3.7% for 0.3-1.0, 4.4% untied (docs/validation.md)."""
 
 
 def _encode(kind: str, value: float) -> float:
