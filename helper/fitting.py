@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import copy
 import datetime as _dt
-import math
 import statistics
 from collections import defaultdict
 from typing import Any
@@ -42,6 +41,8 @@ from helper.layouts import Layout, LayoutStepPlan, layout_speed_ratio
 from helper.measurements import measurement_plan
 from helper.noise import estimate_noise_rel
 from helper.throughput import StepPlan, step_time_breakdown
+from helper.ties import _decode as decode_kind
+from helper.ties import _encode as encode_kind
 from helper.ties import prior_ties
 
 __all__ = ["fit_calibration", "measurement_plan", "KNOBS_REPORTED"]
@@ -54,16 +55,11 @@ _PADDING_PRIOR = 0.5  # unknown share of real tokens; logit-scale prior sigma 2 
 
 
 def _encode(name: str, value: float) -> float:
-    kind = CONSTANTS[name].kind if name in CONSTANTS else "fraction"
-    if kind == "fraction":
-        v = min(max(value, 1e-6), 1 - 1e-6)
-        return math.log(v / (1 - v))
-    return math.log(value)
+    return encode_kind(CONSTANTS[name].kind if name in CONSTANTS else "fraction", value)
 
 
 def _decode(name: str, z: float) -> float:
-    kind = CONSTANTS[name].kind if name in CONSTANTS else "fraction"
-    return 1 / (1 + math.exp(-z)) if kind == "fraction" else math.exp(z)
+    return decode_kind(CONSTANTS[name].kind if name in CONSTANTS else "fraction", z)
 
 
 def _sigma(name: str) -> float:
