@@ -54,8 +54,10 @@ class ModelGrid:
         self.nccl = [nccl[pair] for pair in self.nccl_pairs]
         self.index = {self.key(c): i for i, c in enumerate(self.configs)}
         self.nccl_twin = self._nccl_twins(nccl)
-        """For a config helper's NCCL rules say cannot run at all, the same config with the first
-        NCCL setting that runs (its prediction stands in until the cluster says), else -1."""
+        """For a config one of helper's NCCL rules says cannot run (on every NCCL version, or on
+        the version helper assumes), the same config with the first NCCL setting that runs: its
+        prediction stands in until the cluster says, else -1. Without it a config behind a
+        version-dependent rule had no prediction and was never proposed (docs/benchmarks.md)."""
         self.levels = np.array([knobs.RECONFIGURE.index(knobs.KNOBS[n].reconfigure) if n in knobs.KNOBS else 0
                                 for n in self.names])  # what a change of each knob needs of a worker
         self.memory_traits = (np.array([int(f["micro_batch"]) for f in self.full]),
@@ -96,7 +98,7 @@ class ModelGrid:
         if not runs or ("nccl_algo" not in self.names and "nccl_proto" not in self.names):
             return out
         for i, (c, p) in enumerate(zip(self.configs, self.nccl)):
-            if p is None or not p[1]:
+            if p is None:  # a version-dependent rule too: helper has no prediction for either
                 continue
             for algo, proto in runs:
                 twin = {**c, **({"nccl_algo": algo} if "nccl_algo" in c else {}),

@@ -17,8 +17,8 @@ parallel coordinators and optuna-dashboard work as with any other. For every tri
    trials count as measured at their predicted value, so parallel coordinators diverge;
 4. proposes, for its first ``n_startup`` picks, the best-predicted config at least two knobs
    away from everything tried (diverse top predictions), then covers the space: each pick measures the
-   most knob levels no trial has measured yet (``cover``; a knob's effect is never assumed
-   from the model alone, whether the model calls it neutral or not); then, for a memory region
+   most knob levels no trial has measured yet (``cover``, not through an unsettled version-
+   dependent NCCL setting; no knob's effect is assumed from the model, neutral or not); then, for a memory region
    whose configs beyond the line could beat the best measured, the probe screening would run
    there (``probe``, tuner.search); then the config of highest expected improvement x the
    probability that it fits in memory (peak ratios learned from this study, per memory region
@@ -246,6 +246,10 @@ class ModelGuidedSampler(BaseSampler):
         # where a rule says it never runs; 1 once a trial with that setting measured
         p_nccl = np.array([1.0 if pair in good_nccl else (1.0 if p is None else 0.25 if p[1] else 0.5)
                            * 0.5 ** nccl_failures.get(pair, 0) for p, pair in zip(grid.pair_problems, grid.pairs)])[grid.pair_of]
+        # a setting behind a version-dependent rule nothing has settled: expected improvement may
+        # pick it (its twin's prediction, half the weight), covering a knob level does not
+        unsettled = np.array([p is not None and not p[1] and pair not in good_nccl
+                              for p, pair in zip(grid.pair_problems, grid.pairs)])[grid.pair_of]
 
         if fixed is not None:  # an enqueued trial (the baseline): say what the model expected
             i = grid.index.get(grid.key_of_trial(fixed))
@@ -286,7 +290,8 @@ class ModelGuidedSampler(BaseSampler):
         elif (n_picked < self._n_startup or not obs_y) and len(idx):
             taken = grid.codes[np.array(obs_idx + pending, dtype=int)] if obs_idx or pending else grid.codes[:0]
             j, how = surrogate.diverse_top(mu + np.log(np.maximum(weight, 1e-9)), grid.codes[idx], taken), "startup"
-        elif len(idx) and (gain := self._cover_gain(idx, launched + pending, weight)).max() > 0:
+        elif len(idx) and (gain := self._cover_gain(idx, launched + pending, np.where(
+                unsettled[idx], 0.0, weight))).max() > 0:
             # every searched knob's levels get evidence early, whatever the model says of them
             score = mu + np.log(np.maximum(weight, 1e-9)) - np.log(seconds)
             j, how = int(np.lexsort((-score, -gain))[0]), "cover"
