@@ -244,12 +244,11 @@ class ModelGuidedSampler(BaseSampler):
             p_fit[at] = surrogate.prob_fits(grid.mem_gb[at], capacity, lr_mean, lr_sd)
         # P(NCCL runs it): helper's doubt, 0.5 where a version-dependent rule may fail it and 0.25
         # where a rule says it never runs; 1 once a trial with that setting measured
-        p_nccl = np.array([1.0 if pair in good_nccl else (1.0 if p is None else 0.25 if p[1] else 0.5)
-                           * 0.5 ** nccl_failures.get(pair, 0) for p, pair in zip(grid.pair_problems, grid.pairs)])[grid.pair_of]
-        # a setting behind a version-dependent rule nothing has settled: expected improvement may
-        # pick it (its twin's prediction, half the weight), covering a knob level does not
-        unsettled = np.array([p is not None and not p[1] and pair not in good_nccl
-                              for p, pair in zip(grid.pair_problems, grid.pairs)])[grid.pair_of]
+        doubt = np.array([1.0 if pair in good_nccl else 1.0 if p is None else 0.25 if p[1] else 0.5
+                          for p, pair in zip(grid.pair_problems, grid.pairs)])
+        p_nccl = (doubt * 0.5 ** np.array([nccl_failures.get(pair, 0) for pair in grid.pairs]))[grid.pair_of]
+        # unsettled version-dependent settings: expected improvement may pick them, covering does not
+        unsettled = (doubt == 0.5)[grid.pair_of]
 
         if fixed is not None:  # an enqueued trial (the baseline): say what the model expected
             i = grid.index.get(grid.key_of_trial(fixed))
@@ -284,14 +283,14 @@ class ModelGuidedSampler(BaseSampler):
         setup = self._setup_by_level(trials)   # set-up seconds per reconfiguration level, once
         seconds, levels = self._trial_seconds(setup, ok, idx, mu, mean_tokens)
         weight = p_fit[idx] * p_nccl[idx] * self._prob_within_cap(trials, seconds, levels, sd, setup)
+        cover_weight = np.where(unsettled[idx], 0.0, weight)
         n_picked, how = sum(1 for t in trials if t.user_attrs.get("model_pick") in PICKS), None
         if fixed is not None:
             j, how = 0, "enqueued"
         elif (n_picked < self._n_startup or not obs_y) and len(idx):
             taken = grid.codes[np.array(obs_idx + pending, dtype=int)] if obs_idx or pending else grid.codes[:0]
             j, how = surrogate.diverse_top(mu + np.log(np.maximum(weight, 1e-9)), grid.codes[idx], taken), "startup"
-        elif len(idx) and (gain := self._cover_gain(idx, launched + pending, np.where(
-                unsettled[idx], 0.0, weight))).max() > 0:
+        elif len(idx) and (gain := self._cover_gain(idx, launched + pending, cover_weight)).max() > 0:
             # every searched knob's levels get evidence early, whatever the model says of them
             score = mu + np.log(np.maximum(weight, 1e-9)) - np.log(seconds)
             j, how = int(np.lexsort((-score, -gain))[0]), "cover"
