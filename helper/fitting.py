@@ -41,9 +41,7 @@ from helper.layouts import Layout, LayoutStepPlan, layout_speed_ratio
 from helper.measurements import measurement_plan
 from helper.noise import estimate_noise_rel
 from helper.throughput import StepPlan, step_time_breakdown
-from helper.ties import _decode as decode_kind
-from helper.ties import _encode as encode_kind
-from helper.ties import prior_ties
+from helper.ties import decode_kind, encode_kind, prior_ties
 
 __all__ = ["fit_calibration", "measurement_plan", "KNOBS_REPORTED"]
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["ATTENTION", "ATTENTION_TIE_SD", "SHARED_ACROSS_GPUS", "SHARED_TIE_SD", "prior_ties"]
+__all__ = ["ATTENTION", "ATTENTION_TIE_SD", "SHARED_ACROSS_GPUS", "SHARED_TIE_SD", "prior_ties", "encode_kind", "decode_kind"]
 
 ATTENTION = "attention_efficiency"
 ATTENTION_TIE_SD = 0.15
@@ -53,14 +53,14 @@ seconds and rows, logit for the overlap fraction): a factor e^0.5 = 1.65 between
 3.3-3.7% for 0.3-1.0, 4.4% untied (docs/validation.md)."""
 
 
-def _encode(kind: str, value: float) -> float:
+def encode_kind(kind: str, value: float) -> float:
     if kind == "fraction":
         v = min(max(value, 1e-6), 1 - 1e-6)
         return math.log(v / (1 - v))
     return math.log(value)
 
 
-def _decode(kind: str, z: float) -> float:
+def decode_kind(kind: str, z: float) -> float:
     return 1 / (1 + math.exp(-z)) if kind == "fraction" else math.exp(z)
 
 
@@ -127,10 +127,10 @@ def prior_ties(by_gpu: dict[str, list], first: dict[str, tuple],
     gpus = {label for label, group in by_gpu.items() if group[0][1].gpu.nccl_arch != "none"}
     for name in SHARED_ACROSS_GPUS:
         kind = kinds[name]
-        readings = {label: (_encode(kind, fitted[name]), sd[name]) for label, (fitted, informed, sd, _) in first.items()
+        readings = {label: (encode_kind(kind, fitted[name]), sd[name]) for label, (fitted, informed, sd, _) in first.items()
                     if label in gpus and name in informed and sd.get(name)}
         for label in gpus:
             pooled = _pooled(readings, label, SHARED_TIE_SD)
             if pooled:
-                out.setdefault(label, {})[name] = (_decode(kind, pooled[0]), pooled[1])
+                out.setdefault(label, {})[name] = (decode_kind(kind, pooled[0]), pooled[1])
     return out
